@@ -1,0 +1,9 @@
+// The one header a user's node includes.
+#pragma once
+
+#include "baton/client.h"
+#include "baton/config.h"
+#include "baton/events.h"
+#include "baton/handler.h"
+#include "baton/job.h"
+#include "baton/node.h"

@@ -1,0 +1,57 @@
+// Client enqueues jobs from any process. One Client holds one connection: it is NOT safe to share
+// between threads; give each thread its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "baton/job.h"
+
+namespace baton {
+
+// Thrown for a bad queue or type name or payload. The message says what to fix.
+class EnqueueError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+class Client {
+ public:
+  // Connects at once; throws pqxx::broken_connection when the database is unreachable.
+  explicit Client(const std::string& database_url, std::string schema = "baton");
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Enqueues one job and returns its id. The leader is woken by NOTIFY.
+  std::int64_t enqueue(std::string_view type, const nlohmann::json& payload,
+                       const EnqueueOptions& options = {});
+  // Enqueues `count` copies of one job in one statement; returns their ids.
+  std::vector<std::int64_t> enqueue_copies(std::string_view type, const nlohmann::json& payload,
+                                           int count, const EnqueueOptions& options = {});
+  // Enqueues many jobs of one type, one payload each, in one statement; returns their ids.
+  std::vector<std::int64_t> enqueue_many(std::string_view type,
+                                         const std::vector<nlohmann::json>& payloads,
+                                         const EnqueueOptions& options = {});
+
+  // Typed form: T needs to_json and a static `type_name` (e.g. "send_email").
+  template <class T>
+  std::int64_t enqueue(const T& job, const EnqueueOptions& options = {}) {
+    return enqueue(T::type_name, nlohmann::json(job), options);
+  }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Checks a queue or type name: 1..64 of [A-Za-z0-9_.:-], starting with a letter or digit.
+// Throws EnqueueError saying which rule was broken.
+void validate_name(std::string_view what, std::string_view name);
+
+}  // namespace baton

@@ -1,0 +1,56 @@
+// What a handler sees of a job, and the options a producer sets when enqueueing one.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace baton {
+
+// A claimed job as the handler sees it. Immutable once the handler starts.
+struct Job {
+  std::int64_t id = 0;
+  std::string queue;
+  std::string type;
+  std::string payload;  // JSON text, as enqueued
+  int attempt = 0;      // 1 on the first run
+  int max_attempts = 0;
+  std::int64_t epoch = 0;  // the leader's fencing epoch under which it was claimed
+};
+
+// Options of an enqueue. Defaults: queue "default", priority 0 (lower runs first), now, 10 tries.
+struct EnqueueOptions {
+  std::string queue = "default";
+  int priority = 0;  // -32768..32767; lower runs first
+  std::chrono::milliseconds delay{0};
+  int max_attempts = 10;  // 1..1000
+};
+
+// Handed to a handler for one run of one job. Not shared: one context per run.
+class JobContext {
+ public:
+  JobContext(Job job, std::chrono::steady_clock::time_point deadline,
+             const std::atomic<bool>& cancelled)
+      : job_(std::move(job)), deadline_(deadline), cancelled_(cancelled) {}
+
+  const Job& job() const { return job_; }
+  nlohmann::json payload() const { return nlohmann::json::parse(job_.payload); }
+  // Past the deadline the run counts as failed; long handlers should check it.
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  // True once the node lost leadership or is shutting down: stop early, the job runs again.
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  // "<job id>:<epoch>": pass it downstream so that effects outside PostgreSQL dedupe.
+  std::string idempotency_key() const {
+    return std::to_string(job_.id) + ":" + std::to_string(job_.epoch);
+  }
+
+ private:
+  Job job_;
+  std::chrono::steady_clock::time_point deadline_;
+  const std::atomic<bool>& cancelled_;
+};
+
+}  // namespace baton

@@ -1,0 +1,53 @@
+// The job table's state changes, each one statement and each fenced by the leader's epoch
+// (DESIGN.md section 4): a claim succeeds only while the lock row shows the claimer's epoch, and
+// every outcome applies only to a row still running under the epoch that claimed it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "baton/job.h"
+
+namespace baton::detail {
+
+struct ClaimedJob {
+  Job job;
+  int timeout_ms = 0;  // 0: none
+  double wait_seconds = 0;
+};
+
+struct LockName {
+  std::string lock_key;
+  std::string region;
+};
+
+// Claims up to `limit` available, due jobs of `queues` (all when empty) for (node, epoch).
+std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
+                                   const std::string& node_id, std::int64_t epoch, int limit,
+                                   const std::vector<std::string>& queues);
+
+// Moves running jobs of epochs older than `epoch` back to available. Returns how many.
+std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch);
+
+struct Completion {
+  std::int64_t id;
+  std::int64_t epoch;
+  double run_seconds;
+};
+struct Failure {
+  std::int64_t id;
+  std::int64_t epoch;
+  std::string error;
+  bool dead;           // true: move to dead_jobs now
+  std::string reason;  // for dead: exhausted, unknown_type, bad_payload, discarded
+  std::int64_t retry_delay_ms;
+};
+
+// Applies outcomes in one transaction. Returns how many were applied; the rest were fenced.
+std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
+                           const std::vector<Failure>& failed);
+
+}  // namespace baton::detail

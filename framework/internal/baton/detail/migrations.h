@@ -1,0 +1,22 @@
+// Applies the embedded migrations to a schema, once, however many processes try at the same time.
+#pragma once
+
+#include <pqxx/pqxx>
+
+namespace baton::detail {
+
+// The newest version this binary knows.
+int latest_schema_version();
+
+// Applies every missing migration under a transaction-level advisory lock keyed on the schema,
+// each in its own transaction with its row in schema_migrations. Returns how many it applied
+// (0 when current). Throws std::runtime_error when the database is newer than this binary.
+int migrate(pqxx::connection& conn, const std::string& schema);
+
+// The schema's applied version (0 when baton was never installed there).
+int current_schema_version(pqxx::connection& conn, const std::string& schema);
+
+// Throws std::runtime_error with the fix when the schema is missing, older or newer.
+void require_current_schema(pqxx::connection& conn, const std::string& schema);
+
+}  // namespace baton::detail

@@ -1,0 +1,25 @@
+// The handlers a node runs, by job type. Filled before the node runs, read-only after: lookups
+// from many threads need no lock once frozen.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+
+#include "baton/handler.h"
+
+namespace baton::detail {
+
+class HandlerRegistry {
+ public:
+  // Throws std::logic_error when the type is registered already, or after freeze().
+  void add(const std::string& type, Handler handler);
+  const Handler* find(const std::string& type) const;
+  void freeze() { frozen_ = true; }
+  std::size_t size() const { return handlers_.size(); }
+
+ private:
+  std::unordered_map<std::string, Handler> handlers_;
+  bool frozen_ = false;
+};
+
+}  // namespace baton::detail

@@ -1,0 +1,152 @@
+// Validation of NodeConfig and the parsers shared by batond, batonctl and the TOML loader.
+#include "baton/config.h"
+
+#include <libpq-fe.h>
+#include <unistd.h>
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <memory>
+
+#include "baton/client.h"
+#include "baton/detail/db.h"
+
+namespace baton {
+namespace {
+
+[[noreturn]] void fail(std::string_view setting, const std::string& message) {
+  throw ConfigError(std::string(setting) + ": " + message);
+}
+
+std::string host_name() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0) return "localhost";
+  return buf.data();
+}
+
+void require_positive(std::string_view setting, Millis value) {
+  if (value.count() <= 0) {
+    fail(setting, "must be a positive duration such as 200ms or 2s, got " +
+                      std::to_string(value.count()) + "ms");
+  }
+}
+
+}  // namespace
+
+Millis parse_duration(std::string_view text, std::string_view setting) {
+  const std::string form = " (use a number with a unit: 250ms, 2s, 1.5s, 3m, 1h)";
+  std::size_t unit_at = 0;
+  while (unit_at < text.size() &&
+         ((text[unit_at] >= '0' && text[unit_at] <= '9') || text[unit_at] == '.')) {
+    ++unit_at;
+  }
+  if (unit_at == 0) {
+    fail(setting, "'" + std::string(text) + "' is not a duration" + form);
+  }
+  double number = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + unit_at, number);
+  if (ec != std::errc{} || end != text.data() + unit_at || !std::isfinite(number)) {
+    fail(setting, "'" + std::string(text) + "' is not a duration" + form);
+  }
+  const std::string_view unit = text.substr(unit_at);
+  double ms = 0;
+  if (unit == "ms") {
+    ms = number;
+  } else if (unit == "s") {
+    ms = number * 1000;
+  } else if (unit == "m") {
+    ms = number * 60'000;
+  } else if (unit == "h") {
+    ms = number * 3'600'000;
+  } else if (unit.empty()) {
+    fail(setting, "'" + std::string(text) + "' has no unit" + form);
+  } else {
+    fail(setting,
+         "'" + std::string(text) + "' has an unknown unit '" + std::string(unit) + "'" + form);
+  }
+  if (ms > 1e12) fail(setting, "'" + std::string(text) + "' is too long" + form);
+  return Millis(static_cast<std::int64_t>(std::llround(ms)));
+}
+
+std::string describe_database_url(const std::string& url) {
+  char* err = nullptr;
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> opts(
+      PQconninfoParse(url.c_str(), &err), &PQconninfoFree);
+  if (!opts) {
+    std::string message = err != nullptr ? err : "unparsable";
+    PQfreemem(err);
+    while (!message.empty() && message.back() == '\n')
+      message.pop_back();
+    throw ConfigError("database-url: libpq cannot parse it (" + message +
+                      "); use postgresql://user@host:port/dbname or 'host=... dbname=...'");
+  }
+  std::string out;
+  for (const char* key : {"host", "hostaddr", "port", "dbname", "user", "sslmode"}) {
+    for (auto* o = opts.get(); o->keyword != nullptr; ++o) {
+      if (std::string_view(o->keyword) == key && o->val != nullptr && *o->val != '\0') {
+        if (!out.empty()) out += ' ';
+        out += std::string(key) + "=" + o->val;
+      }
+    }
+  }
+  return out.empty() ? "(libpq defaults)" : out;
+}
+
+void NodeConfig::validate() {
+  if (database_url.empty()) {
+    fail("database-url", "is required; pass --database-url or set DATABASE_URL");
+  }
+  describe_database_url(database_url);
+  detail::validate_schema_name(schema);
+  if (node_id.empty()) node_id = host_name() + ":" + std::to_string(getpid());
+  if (node_id.size() > 63)
+    fail("node-id", "must be at most 63 characters (it is application_name)");
+  for (char c : node_id) {
+    if (c < 0x21 || c > 0x7e) fail("node-id", "must be printable ASCII without spaces");
+  }
+  if (threads < 1 || threads > 1024) fail("threads", "must be between 1 and 1024");
+  if (batch_size < 1 || batch_size > 10000) fail("batch-size", "must be between 1 and 10000");
+  for (const auto& q : queues) {
+    try {
+      validate_name("queue", q);
+    } catch (const EnqueueError& e) {
+      fail("queues", e.what());
+    }
+  }
+  if (metrics_listen != "off") {
+    auto colon = metrics_listen.rfind(':');
+    int port = -1;
+    if (colon != std::string::npos && colon > 0) {
+      auto port_text = std::string_view(metrics_listen).substr(colon + 1);
+      auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+      if (ec != std::errc{} || p != port_text.data() + port_text.size()) port = -1;
+    }
+    if (port < 0 || port > 65535) {
+      fail("metrics-listen",
+           "'" + metrics_listen +
+               "' is not host:port (e.g. 127.0.0.1:9464, port 0 for any), or off");
+    }
+  }
+  require_positive("poll-interval", poll_interval);
+  require_positive("lock-ttl", lock_ttl);
+  require_positive("renew-interval", renew_interval);
+  require_positive("retry-interval", retry_interval);
+  require_positive("retry-base", retry_base);
+  require_positive("retry-cap", retry_cap);
+  if (shutdown_grace.count() < 0) fail("shutdown-grace", "must not be negative");
+  if (renew_interval * 3 > lock_ttl) {
+    fail("renew-interval",
+         "must be at most lock-ttl / 3 so that two renewals can fail before the "
+         "lease ends (renew-interval " +
+             std::to_string(renew_interval.count()) + "ms, lock-ttl " +
+             std::to_string(lock_ttl.count()) + "ms)");
+  }
+  if (retry_interval > lock_ttl) fail("retry-interval", "must not exceed lock-ttl");
+  if (lock_ttl < Millis(100)) fail("lock-ttl", "must be at least 100ms");
+  if (retry_cap < retry_base) fail("retry-cap", "must be at least retry-base");
+  if (lock_key.empty() || lock_key.size() > 255) fail("lock-key", "must be 1..255 characters");
+  if (region.empty() || region.size() > 100) fail("region", "must be 1..100 characters");
+}
+
+}  // namespace baton

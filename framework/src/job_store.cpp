@@ -1,0 +1,147 @@
+// Job state changes. Each statement carries its fence: the claim checks the lock row's epoch in
+// the same statement, and outcomes match only rows still running under the claiming epoch.
+#include "baton/detail/job_store.h"
+
+#include "baton/detail/db.h"
+#include "baton/detail/text.h"
+
+namespace baton::detail {
+namespace {
+
+constexpr const char* kClaimSql = R"sql(
+UPDATE jobs j
+   SET state = 'running', attempts = j.attempts + 1, claimed_at = now(),
+       first_started_at = coalesce(j.first_started_at, now()),
+       claimed_by = $1, claimed_epoch = $2
+  FROM (SELECT id FROM jobs
+         WHERE state = 'available' AND run_at <= now()
+           AND (cardinality($5::text[]) = 0 OR queue = ANY ($5::text[]))
+           AND EXISTS (SELECT 1 FROM locks
+                        WHERE lock_key = $3 AND region = $4 AND client_id = $1 AND epoch = $2)
+         ORDER BY priority, run_at, id
+         LIMIT $6
+           FOR UPDATE SKIP LOCKED) c
+ WHERE j.id = c.id
+RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
+          coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8
+)sql";
+
+constexpr const char* kRescueSql = R"sql(
+UPDATE jobs SET state = 'available', claimed_by = NULL, claimed_at = NULL
+ WHERE state = 'running' AND claimed_epoch < $1
+)sql";
+
+constexpr const char* kCompleteSql = R"sql(
+WITH done AS (
+  DELETE FROM jobs j
+   USING unnest($1::bigint[], $2::bigint[], $3::float8[]) AS c(id, epoch, run_seconds)
+   WHERE j.id = c.id AND j.state = 'running' AND j.claimed_epoch = c.epoch
+  RETURNING j.*, c.run_seconds)
+INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts, created_at,
+                         run_at, first_started_at, started_at, finished_at, run_seconds, node,
+                         epoch, outcome)
+SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
+       first_started_at, claimed_at, now(), run_seconds, claimed_by, claimed_epoch, 'completed'
+  FROM done
+)sql";
+
+constexpr const char* kRetrySql = R"sql(
+UPDATE jobs
+   SET state = 'available', run_at = now() + $3::bigint * interval '1 millisecond',
+       last_error = $4,
+       errors = errors || jsonb_build_array(jsonb_build_object(
+                  'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
+                  'error', $4::text)),
+       claimed_by = NULL, claimed_at = NULL
+ WHERE id = $1 AND state = 'running' AND claimed_epoch = $2
+)sql";
+
+constexpr const char* kDeadSql = R"sql(
+WITH d AS (
+  DELETE FROM jobs WHERE id = $1 AND state = 'running' AND claimed_epoch = $2 RETURNING *)
+INSERT INTO dead_jobs (id, queue, partition_key, type, payload, priority, attempts, max_attempts,
+                       created_at, first_started_at, died_at, node, epoch, reason, last_error,
+                       errors)
+SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts, created_at,
+       first_started_at, now(), claimed_by, claimed_epoch, $3, $4,
+       errors || jsonb_build_array(jsonb_build_object(
+         'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
+         'error', $4::text))
+  FROM d
+)sql";
+
+std::string text_array(const std::vector<std::string>& values) {
+  // Queue names are validated ([A-Za-z0-9_.:-]), so double quotes are all an element needs.
+  std::string out = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"' + values[i] + '"';
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
+                                   const std::string& node_id, std::int64_t epoch, int limit,
+                                   const std::vector<std::string>& queues) {
+  pqxx::work tx(conn);
+  auto rows = tx.exec_params(kClaimSql, node_id, epoch, lock.lock_key, lock.region,
+                             text_array(queues), limit);
+  tx.commit();
+  std::vector<ClaimedJob> out;
+  out.reserve(rows.size());
+  for (const auto& r : rows) {
+    ClaimedJob c;
+    c.job.id = r[0].as<std::int64_t>();
+    c.job.queue = r[1].c_str();
+    c.job.type = r[2].c_str();
+    c.job.payload = r[3].c_str();
+    c.job.attempt = r[4].as<int>();
+    c.job.max_attempts = r[5].as<int>();
+    c.job.epoch = epoch;
+    c.timeout_ms = r[6].as<int>();
+    c.wait_seconds = r[7].as<double>();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch) {
+  pqxx::work tx(conn);
+  auto r = tx.exec_params(kRescueSql, epoch);
+  tx.commit();
+  return r.affected_rows();
+}
+
+std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
+                           const std::vector<Failure>& failed) {
+  pqxx::work tx(conn);
+  std::size_t applied = 0;
+  if (!done.empty()) {
+    std::vector<std::int64_t> ids, epochs;
+    std::vector<double> run;
+    ids.reserve(done.size());
+    epochs.reserve(done.size());
+    run.reserve(done.size());
+    for (const auto& d : done) {
+      ids.push_back(d.id);
+      epochs.push_back(d.epoch);
+      run.push_back(d.run_seconds);
+    }
+    applied += tx.exec_params(kCompleteSql, int_array(ids), int_array(epochs), double_array(run))
+                   .affected_rows();
+  }
+  for (const auto& f : failed) {
+    const std::string error = clean_text(f.error, 4000);
+    if (f.dead) {
+      applied += tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error).affected_rows();
+    } else {
+      applied += tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error).affected_rows();
+    }
+  }
+  tx.commit();
+  return applied;
+}
+
+}  // namespace baton::detail

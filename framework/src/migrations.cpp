@@ -1,0 +1,87 @@
+// Migrations: embedded SQL applied in one transaction under an advisory lock keyed on the schema,
+// so that ten nodes starting at once migrate exactly once and the others find it done.
+#include "baton/detail/migrations.h"
+
+#include <stdexcept>
+
+#include "baton/detail/migrations_data.h"
+
+namespace baton::detail {
+namespace {
+
+constexpr const char* kLockSql = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+int read_version(pqxx::transaction_base& tx, const std::string& schema) {
+  // schema_migrations may not exist yet; ask the catalog first so the query never fails.
+  auto exists = tx.exec_params(
+      "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND "
+      "tablename = 'schema_migrations'",
+      schema);
+  if (exists.empty()) return 0;
+  return tx
+      .exec("SELECT coalesce(max(version), 0) FROM " + tx.quote_name(schema) +
+            ".schema_migrations")[0][0]
+      .as<int>();
+}
+
+}  // namespace
+
+int latest_schema_version() {
+  const auto& all = embedded_migrations();
+  return all.empty() ? 0 : all.back().version;
+}
+
+int current_schema_version(pqxx::connection& conn, const std::string& schema) {
+  pqxx::read_transaction tx(conn);
+  return read_version(tx, schema);
+}
+
+int migrate(pqxx::connection& conn, const std::string& schema) {
+  pqxx::work tx(conn);
+  tx.exec_params(kLockSql, "baton.migrate/" + schema);
+  const int current = read_version(tx, schema);
+  const int latest = latest_schema_version();
+  if (current > latest) {
+    throw std::runtime_error("schema '" + schema + "' is at version " + std::to_string(current) +
+                             ", newer than this binary knows (" + std::to_string(latest) +
+                             "); upgrade baton on this node before starting it");
+  }
+  const std::string q = tx.quote_name(schema);
+  tx.exec("CREATE SCHEMA IF NOT EXISTS " + q);
+  tx.exec("SET LOCAL search_path TO " + q);
+  tx.exec(
+      "CREATE TABLE IF NOT EXISTS schema_migrations ("
+      " version integer PRIMARY KEY, name text NOT NULL,"
+      " applied_at timestamptz NOT NULL DEFAULT now())");
+  int applied = 0;
+  for (const auto& m : embedded_migrations()) {
+    if (m.version <= current) continue;
+    tx.exec(std::string(m.sql));
+    tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
+                   std::string(m.name));
+    ++applied;
+  }
+  tx.commit();
+  return applied;
+}
+
+void require_current_schema(pqxx::connection& conn, const std::string& schema) {
+  const int current = current_schema_version(conn, schema);
+  const int latest = latest_schema_version();
+  if (current == latest) return;
+  if (current == 0) {
+    throw std::runtime_error("schema '" + schema +
+                             "' has no baton tables; run 'batonctl migrate' (or start a node "
+                             "with --migrate)");
+  }
+  if (current < latest) {
+    throw std::runtime_error("schema '" + schema + "' is at version " + std::to_string(current) +
+                             ", this binary needs " + std::to_string(latest) +
+                             "; run 'batonctl migrate'");
+  }
+  throw std::runtime_error("schema '" + schema + "' is at version " + std::to_string(current) +
+                           ", newer than this binary knows (" + std::to_string(latest) +
+                           "); upgrade baton on this node");
+}
+
+}  // namespace baton::detail

@@ -1,0 +1,25 @@
+// Handler registry: one handler per type, fixed before the node runs.
+#include "baton/detail/registry.h"
+
+#include <stdexcept>
+
+namespace baton::detail {
+
+void HandlerRegistry::add(const std::string& type, Handler handler) {
+  if (frozen_) {
+    throw std::logic_error("handler for '" + type +
+                           "' registered after run(); register every handler before run()");
+  }
+  if (!handler) throw std::logic_error("handler for '" + type + "' is empty");
+  if (!handlers_.emplace(type, std::move(handler)).second) {
+    throw std::logic_error("a handler for job type '" + type +
+                           "' is registered already; each type has exactly one handler");
+  }
+}
+
+const Handler* HandlerRegistry::find(const std::string& type) const {
+  auto it = handlers_.find(type);
+  return it == handlers_.end() ? nullptr : &it->second;
+}
+
+}  // namespace baton::detail

@@ -1,0 +1,186 @@
+// Metric families and their updates. Label values are bounded: queue, type, outcome and reason,
+// never job ids.
+#include "metrics/metrics.h"
+
+#include <stdexcept>
+
+namespace baton::metrics {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// Resolves both 1 ms and 10 min.
+const prometheus::Histogram::BucketBoundaries& time_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                         0.1,   0.25,   0.5,   1,    2.5,   5,
+                                                         10,    30,     60,    120,  300,   600};
+  return b;
+}
+
+}  // namespace
+
+Metrics::Metrics(const std::string& node_id)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      started_(BuildCounter()
+                   .Name("baton_jobs_started_total")
+                   .Help("Job runs started by this node's handlers, by queue and type.")
+                   .Register(*registry_)),
+      completed_(BuildCounter()
+                     .Name("baton_jobs_completed_total")
+                     .Help("Job runs that returned successfully on this node.")
+                     .Register(*registry_)),
+      failed_(BuildCounter()
+                  .Name("baton_jobs_failed_total")
+                  .Help("Job runs that failed on this node (threw, timed out or had no handler).")
+                  .Register(*registry_)),
+      retried_(BuildCounter()
+                   .Name("baton_jobs_retried_total")
+                   .Help("Failed job runs scheduled for another attempt.")
+                   .Register(*registry_)),
+      dead_(BuildCounter()
+                .Name("baton_jobs_dead_total")
+                .Help("Failed job runs moved to dead_jobs (no attempts left, or never runnable).")
+                .Register(*registry_)),
+      wait_(BuildHistogram()
+                .Name("baton_job_wait_seconds")
+                .Help("Time from a job's run_at to its start, by queue (database clock).")
+                .Register(*registry_)),
+      run_(BuildHistogram()
+               .Name("baton_job_run_seconds")
+               .Help("Handler run time, by queue.")
+               .Register(*registry_)),
+      leadership_changes_(BuildCounter()
+                              .Name("baton_leadership_changes_total")
+                              .Help("Leadership grants and revokes of this node, by reason.")
+                              .Register(*registry_)),
+      leader_(BuildGauge()
+                  .Name("baton_leader")
+                  .Help("1 while this node is the leader, else 0.")
+                  .Register(*registry_)
+                  .Add({})),
+      epoch_(BuildGauge()
+                 .Name("baton_leader_epoch")
+                 .Help("Fencing epoch of this node's current or last leadership.")
+                 .Register(*registry_)
+                 .Add({})),
+      fenced_(BuildCounter()
+                  .Name("baton_fenced_total")
+                  .Help("Job outcomes refused because the job belonged to a newer epoch.")
+                  .Register(*registry_)
+                  .Add({})),
+      renewal_failures_(BuildCounter()
+                            .Name("baton_lease_renewal_failures_total")
+                            .Help("Lease renewals that failed or ran out.")
+                            .Register(*registry_)
+                            .Add({})),
+      evictions_(BuildCounter()
+                     .Name("baton_evictions_total")
+                     .Help("Stale leaders this node evicted with pg_terminate_backend.")
+                     .Register(*registry_)
+                     .Add({})),
+      pool_threads_(BuildGauge()
+                        .Name("baton_pool_threads")
+                        .Help("Handler threads in this node's pool.")
+                        .Register(*registry_)
+                        .Add({})),
+      pool_busy_(BuildGauge()
+                     .Name("baton_pool_busy_threads")
+                     .Help("Handler threads running a job now.")
+                     .Register(*registry_)
+                     .Add({})) {
+  BuildGauge()
+      .Name("baton_node_info")
+      .Help("Constant 1, labelled with this node's id.")
+      .Register(*registry_)
+      .Add({{"node", node_id}})
+      .Set(1);
+}
+
+Metrics::~Metrics() = default;
+
+void Metrics::serve(const std::string& listen) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("metrics-listen: cannot serve /metrics on " + listen + " (" +
+                             e.what() + "); choose a free host:port or 'off'");
+  }
+  exposer_->RegisterCollectable(registry_);
+  const auto ports = exposer_->GetListeningPorts();
+  const auto host = listen.substr(0, listen.rfind(':'));
+  address_ = host + ":" + std::to_string(ports.empty() ? 0 : ports.front());
+}
+
+Metrics::JobSeries& Metrics::series(std::string_view queue, std::string_view type) {
+  std::string key;
+  key.reserve(queue.size() + type.size() + 1);
+  key.append(queue).push_back('\n');
+  key.append(type);
+  std::lock_guard lock(mutex_);
+  auto it = series_.find(key);
+  if (it != series_.end()) return it->second;
+  const std::map<std::string, std::string> qt{{"queue", std::string(queue)},
+                                              {"type", std::string(type)}};
+  const std::map<std::string, std::string> q{{"queue", std::string(queue)}};
+  JobSeries s{&started_.Add(qt),           &completed_.Add(qt), &failed_.Add(qt),
+              &retried_.Add(qt),           &dead_.Add(qt),      &wait_.Add(q, time_buckets()),
+              &run_.Add(q, time_buckets())};
+  return series_.emplace(std::move(key), s).first->second;
+}
+
+void Metrics::job_started(std::string_view queue, std::string_view type, double wait_seconds) {
+  auto& s = series(queue, type);
+  s.started->Increment();
+  s.wait->Observe(wait_seconds < 0 ? 0 : wait_seconds);
+}
+
+void Metrics::job_finished(std::string_view queue, std::string_view type, detail::Outcome outcome,
+                           double run_seconds) {
+  auto& s = series(queue, type);
+  s.run->Observe(run_seconds);
+  switch (outcome) {
+    case detail::Outcome::completed:
+      s.completed->Increment();
+      break;
+    case detail::Outcome::retried:
+      s.failed->Increment();
+      s.retried->Increment();
+      break;
+    case detail::Outcome::dead:
+      s.failed->Increment();
+      s.dead->Increment();
+      break;
+  }
+}
+
+void Metrics::jobs_fenced(std::size_t count) {
+  fenced_.Increment(static_cast<double>(count));
+}
+
+void Metrics::pool_busy(int busy, int threads) {
+  pool_busy_.Set(busy);
+  pool_threads_.Set(threads);
+}
+
+void Metrics::granted(std::int64_t epoch) {
+  leader_.Set(1);
+  epoch_.Set(static_cast<double>(epoch));
+  leadership_changes_.Add({{"event", "granted"}, {"reason", "elected"}}).Increment();
+}
+
+void Metrics::revoked(std::int64_t, std::string_view reason) {
+  leader_.Set(0);
+  leadership_changes_.Add({{"event", "revoked"}, {"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::renewal_failed() {
+  renewal_failures_.Increment();
+}
+
+void Metrics::evicted_holder() {
+  evictions_.Increment();
+}
+
+}  // namespace baton::metrics

@@ -1,0 +1,83 @@
+// Metrics: baton's Prometheus families and the /metrics endpoint (prometheus-cpp). It implements
+// the observer interfaces that worker/ and leader/ report through.
+//
+// Thread-safety: every member is safe to call from any thread (prometheus-cpp metrics are atomic;
+// label lookups are guarded by a mutex).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "baton/detail/observer.h"
+
+namespace baton::metrics {
+
+class Metrics final : public detail::JobObserver, public detail::LeaderObserver {
+ public:
+  explicit Metrics(const std::string& node_id);
+  ~Metrics() override;
+
+  // Serves /metrics on host:port (port 0 picks one). Throws std::runtime_error with the address
+  // when it cannot bind.
+  void serve(const std::string& listen);
+  // host:port actually bound, empty when not serving.
+  std::string address() const { return address_; }
+
+  // JobObserver
+  void job_started(std::string_view queue, std::string_view type, double wait_seconds) override;
+  void job_finished(std::string_view queue, std::string_view type, detail::Outcome outcome,
+                    double run_seconds) override;
+  void jobs_fenced(std::size_t count) override;
+  void pool_busy(int busy, int threads) override;
+
+  // LeaderObserver
+  void granted(std::int64_t epoch) override;
+  void revoked(std::int64_t epoch, std::string_view reason) override;
+  void renewal_failed() override;
+  void evicted_holder() override;
+
+ private:
+  struct JobSeries {
+    prometheus::Counter* started;
+    prometheus::Counter* completed;
+    prometheus::Counter* failed;
+    prometheus::Counter* retried;
+    prometheus::Counter* dead;
+    prometheus::Histogram* wait;
+    prometheus::Histogram* run;
+  };
+  JobSeries& series(std::string_view queue, std::string_view type);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string address_;
+
+  prometheus::Family<prometheus::Counter>& started_;
+  prometheus::Family<prometheus::Counter>& completed_;
+  prometheus::Family<prometheus::Counter>& failed_;
+  prometheus::Family<prometheus::Counter>& retried_;
+  prometheus::Family<prometheus::Counter>& dead_;
+  prometheus::Family<prometheus::Histogram>& wait_;
+  prometheus::Family<prometheus::Histogram>& run_;
+  prometheus::Family<prometheus::Counter>& leadership_changes_;
+  prometheus::Gauge& leader_;
+  prometheus::Gauge& epoch_;
+  prometheus::Counter& fenced_;
+  prometheus::Counter& renewal_failures_;
+  prometheus::Counter& evictions_;
+  prometheus::Gauge& pool_threads_;
+  prometheus::Gauge& pool_busy_;
+
+  std::mutex mutex_;
+  std::unordered_map<std::string, JobSeries> series_;
+};
+
+}  // namespace baton::metrics

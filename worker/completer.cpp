@@ -1,0 +1,129 @@
+// Completer: batched, fenced outcome writes (see completer.h).
+#include "worker/completer.h"
+
+#include <spdlog/spdlog.h>
+
+namespace baton::worker {
+
+Completer::Completer(detail::ConnectOptions connect, detail::JobObserver* observer)
+    : connect_(std::move(connect)), observer_(observer) {}
+
+Completer::~Completer() {
+  stop(Millis(0));
+}
+
+void Completer::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Completer::stop(Millis deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    stop_deadline_ = std::chrono::steady_clock::now() + deadline;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Completer::add(detail::Completion done) {
+  {
+    std::lock_guard lock(mutex_);
+    done_.push_back(done);
+  }
+  cv_.notify_one();
+}
+
+void Completer::add(detail::Failure failed) {
+  {
+    std::lock_guard lock(mutex_);
+    failed_.push_back(std::move(failed));
+  }
+  cv_.notify_one();
+}
+
+std::size_t Completer::pending() const {
+  std::lock_guard lock(mutex_);
+  return done_.size() + failed_.size() + in_flight_;
+}
+
+bool Completer::wait_flushed(Millis timeout) {
+  std::unique_lock lock(mutex_);
+  return flushed_cv_.wait_for(
+      lock, timeout, [this] { return done_.empty() && failed_.empty() && in_flight_ == 0; });
+}
+
+void Completer::loop() {
+  std::vector<detail::Completion> done;
+  std::vector<detail::Failure> failed;
+  Millis backoff{50};
+  bool reported = false;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this, &done, &failed] {
+      return stopping_ || !done_.empty() || !failed_.empty() || !done.empty() || !failed.empty();
+    });
+    // Take everything queued; what failed to write last time is still in done/failed.
+    for (auto& d : done_)
+      done.push_back(d);
+    for (auto& f : failed_)
+      failed.push_back(std::move(f));
+    done_.clear();
+    failed_.clear();
+    in_flight_ = done.size() + failed.size();
+    if (in_flight_ == 0) {
+      flushed_cv_.notify_all();
+      if (stopping_) return;
+      continue;
+    }
+    lock.unlock();
+    bool ok = true;
+    try {
+      write(done, failed);
+      if (reported) spdlog::info("completer: database reachable again");
+      reported = false;
+      backoff = Millis(50);
+    } catch (const std::exception& e) {
+      ok = false;
+      conn_.reset();
+      if (!reported) {
+        spdlog::error("completer: could not record {} outcomes ({}); retrying", in_flight_,
+                      e.what());
+        reported = true;
+      }
+    }
+    lock.lock();
+    if (ok) {
+      in_flight_ = 0;
+      flushed_cv_.notify_all();
+      continue;
+    }
+    if (stopping_ && std::chrono::steady_clock::now() >= stop_deadline_) {
+      spdlog::error(
+          "completer: gave up on {} outcomes at shutdown; their jobs stay running "
+          "until the next leader rescues them",
+          in_flight_);
+      in_flight_ = 0;
+      flushed_cv_.notify_all();
+      return;
+    }
+    cv_.wait_for(lock, backoff);
+    backoff = std::min(backoff * 2, Millis(2000));
+  }
+}
+
+void Completer::write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed) {
+  if (!conn_) conn_ = detail::connect(connect_);
+  const std::size_t sent = done.size() + failed.size();
+  const std::size_t applied = detail::apply_outcomes(*conn_, done, failed);
+  done.clear();
+  failed.clear();
+  if (applied < sent) {
+    spdlog::warn("completer: {} of {} outcomes were FENCED (their jobs belong to a newer epoch)",
+                 sent - applied, sent);
+    if (observer_ != nullptr) observer_->jobs_fenced(sent - applied);
+  }
+}
+
+}  // namespace baton::worker

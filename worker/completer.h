@@ -1,0 +1,58 @@
+// Completer: records job outcomes in the database in batches. Outcomes that arrive while a batch
+// is being written form the next batch, so batches grow with load and add no delay when idle.
+// A batch that fails on a lost connection is kept and retried after reconnecting: an outcome is
+// dropped only at shutdown after the flush deadline, and then its job stays `running` until a
+// newer epoch rescues it, so nothing is lost.
+//
+// Thread-safety: add_*() and pending() from any thread; start()/stop() from one owner thread.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "baton/config.h"
+#include "baton/detail/db.h"
+#include "baton/detail/job_store.h"
+#include "baton/detail/observer.h"
+
+namespace baton::worker {
+
+class Completer {
+ public:
+  Completer(detail::ConnectOptions connect, detail::JobObserver* observer);
+  ~Completer();
+  Completer(const Completer&) = delete;
+  Completer& operator=(const Completer&) = delete;
+
+  void start();
+  // Writes what is pending (retrying for up to `deadline`), then stops the thread.
+  void stop(Millis deadline);
+
+  void add(detail::Completion done);
+  void add(detail::Failure failed);
+  std::size_t pending() const;
+  // Blocks until every outcome added so far is written (or fenced), or the timeout passes.
+  bool wait_flushed(Millis timeout);
+
+ private:
+  void loop();
+  void write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed);
+
+  const detail::ConnectOptions connect_;
+  detail::JobObserver* const observer_;
+  std::unique_ptr<pqxx::connection> conn_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::condition_variable flushed_cv_;
+  std::vector<detail::Completion> done_;
+  std::vector<detail::Failure> failed_;
+  std::size_t in_flight_ = 0;  // taken out of the queues, not yet written
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point stop_deadline_{};
+  std::thread thread_;
+};
+
+}  // namespace baton::worker

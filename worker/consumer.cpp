@@ -1,0 +1,52 @@
+// Consumer: wires poller, executor and completer and follows leadership events.
+#include "worker/consumer.h"
+
+#include <spdlog/spdlog.h>
+
+namespace baton::worker {
+
+Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handlers,
+                   detail::JobObserver* observer, std::function<bool(std::int64_t)> still_leading)
+    : completer_(config.poller.connect, observer),
+      executor_(config.executor, handlers, completer_, observer, [this] { poller_.wake(); }),
+      poller_(config.poller, executor_, observer, std::move(still_leading)) {}
+
+Consumer::~Consumer() {
+  shutdown(Millis(0));
+}
+
+void Consumer::start() {
+  completer_.start();
+}
+
+void Consumer::granted(std::int64_t epoch) {
+  std::lock_guard lock(mutex_);
+  executor_.cancel(false);
+  poller_.start(epoch);
+  spdlog::info("consuming: epoch={}", epoch);
+}
+
+void Consumer::revoked(std::int64_t epoch) {
+  std::lock_guard lock(mutex_);
+  poller_.stop();
+  executor_.cancel(true);
+  spdlog::info("stopped consuming: epoch={}", epoch);
+}
+
+bool Consumer::drain(Millis grace) {
+  std::lock_guard lock(mutex_);
+  poller_.stop();
+  const bool idle = executor_.wait_idle(grace);
+  if (!idle) spdlog::warn("shutdown grace ran out with handlers still running; abandoning them");
+  const bool flushed = completer_.wait_flushed(grace);
+  return idle && flushed;
+}
+
+void Consumer::shutdown(Millis flush_deadline) {
+  std::lock_guard lock(mutex_);
+  poller_.stop();
+  executor_.cancel(true);
+  completer_.stop(flush_deadline);
+}
+
+}  // namespace baton::worker

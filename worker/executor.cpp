@@ -1,0 +1,112 @@
+// Executor: handler runs on the asio pool, with outcome classification (see executor.h).
+#include "worker/executor.h"
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+
+namespace baton::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+thread_local std::mt19937_64 tl_rng{std::random_device{}()};
+
+}  // namespace
+
+Executor::Executor(ExecutorConfig config, const detail::HandlerRegistry& handlers,
+                   Completer& completer, detail::JobObserver* observer,
+                   std::function<void()> on_slot_free)
+    : config_(std::move(config)),
+      handlers_(handlers),
+      completer_(completer),
+      observer_(observer),
+      on_slot_free_(std::move(on_slot_free)),
+      pool_(std::make_unique<boost::asio::thread_pool>(config_.threads)) {}
+
+Executor::~Executor() {
+  if (pool_) pool_->join();
+}
+
+void Executor::submit(detail::ClaimedJob job) {
+  const int busy = busy_.fetch_add(1) + 1;
+  if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads);
+  boost::asio::post(*pool_, [this, job = std::move(job)] {
+    run(job);
+    const int now_busy = busy_.fetch_sub(1) - 1;
+    if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads);
+    if (now_busy == 0) {
+      std::lock_guard lock(idle_mutex_);
+      idle_cv_.notify_all();
+    }
+    on_slot_free_();
+  });
+}
+
+bool Executor::wait_idle(Millis timeout) {
+  std::unique_lock lock(idle_mutex_);
+  return idle_cv_.wait_for(lock, timeout, [this] { return busy_.load() == 0; });
+}
+
+void Executor::abandon() {
+  if (pool_) pool_->stop();
+}
+
+void Executor::run(const detail::ClaimedJob& claimed) {
+  const Job& job = claimed.job;
+  const auto started = Clock::now();
+  const auto deadline = claimed.timeout_ms > 0
+                            ? started + std::chrono::milliseconds(claimed.timeout_ms)
+                            : Clock::time_point::max();
+  std::string error;
+  std::string dead_reason;  // non-empty: never retry
+  if (const Handler* handler = handlers_.find(job.type)) {
+    try {
+      JobContext ctx(job, deadline, cancelled_);
+      (*handler)(ctx);
+      if (Clock::now() > deadline) {
+        error = "timeout: ran past its " + std::to_string(claimed.timeout_ms) + "ms limit";
+      }
+    } catch (const PayloadError& e) {
+      error = e.what();
+      dead_reason = "bad_payload";
+    } catch (const Discard& e) {
+      error = e.what();
+      dead_reason = "discarded";
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "handler threw an exception with an empty message";
+    } catch (...) {
+      error = "handler threw something that is not a std::exception";
+    }
+  } else {
+    error = "no handler is registered for job type '" + job.type + "' on node " + config_.node_id +
+            "; register one with node.handle(\"" + job.type + "\", ...) or enqueue a known type";
+    dead_reason = "unknown_type";
+  }
+  const double run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+
+  if (error.empty()) {
+    completer_.add(detail::Completion{job.id, job.epoch, run_seconds});
+    if (observer_ != nullptr) {
+      observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds);
+    }
+    return;
+  }
+  const bool exhausted = job.attempt >= job.max_attempts;
+  if (dead_reason.empty() && exhausted) dead_reason = "exhausted";
+  detail::Failure f{job.id, job.epoch, error, !dead_reason.empty(), dead_reason, 0};
+  if (!f.dead) f.retry_delay_ms = config_.retry.delay(job.attempt, tl_rng).count();
+  spdlog::warn(
+      "job failed: job={} queue={} type={} epoch={} attempt={}/{} {}: {}", job.id, job.queue,
+      job.type, job.epoch, job.attempt, job.max_attempts,
+      f.dead ? "dead (" + dead_reason + ")" : "retry in " + std::to_string(f.retry_delay_ms) + "ms",
+      error);
+  completer_.add(std::move(f));
+  if (observer_ != nullptr) {
+    observer_->job_finished(job.queue, job.type,
+                            dead_reason.empty() ? detail::Outcome::retried : detail::Outcome::dead,
+                            run_seconds);
+  }
+}
+
+}  // namespace baton::worker

@@ -1,0 +1,67 @@
+// Executor: runs handlers on a boost::asio::thread_pool of a fixed size and turns each run into
+// an outcome for the completer. It counts its busy threads so that the poller never claims more
+// jobs than it can start at once.
+//
+// Thread-safety: submit() from the poller thread; free_slots(), cancel() and wait_idle() from any.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include "baton/detail/job_store.h"
+#include "baton/detail/observer.h"
+#include "baton/detail/registry.h"
+#include "baton/detail/retry_policy.h"
+#include "worker/completer.h"
+
+namespace baton::worker {
+
+struct ExecutorConfig {
+  int threads = 8;
+  std::string node_id;
+  detail::RetryPolicy retry;
+};
+
+class Executor {
+ public:
+  Executor(ExecutorConfig config, const detail::HandlerRegistry& handlers, Completer& completer,
+           detail::JobObserver* observer, std::function<void()> on_slot_free);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  int threads() const { return config_.threads; }
+  int free_slots() const { return config_.threads - busy_.load(); }
+  // Starts the job on a pool thread. The caller made sure a slot is free.
+  void submit(detail::ClaimedJob job);
+  // Raises the cancellation flag that handlers see through JobContext::cancelled().
+  void cancel(bool on) { cancelled_.store(on); }
+  // Waits until no handler runs, or the timeout passes. True when idle.
+  bool wait_idle(Millis timeout);
+  // Stops the pool without waiting for running handlers (they finish on their own threads).
+  void abandon();
+
+ private:
+  void run(const detail::ClaimedJob& job);
+
+  const ExecutorConfig config_;
+  const detail::HandlerRegistry& handlers_;
+  Completer& completer_;
+  detail::JobObserver* const observer_;
+  const std::function<void()> on_slot_free_;
+
+  std::atomic<int> busy_{0};
+  std::atomic<bool> cancelled_{false};
+  std::mutex idle_mutex_;
+  std::condition_variable idle_cv_;
+  std::unique_ptr<boost::asio::thread_pool> pool_;
+};
+
+}  // namespace baton::worker

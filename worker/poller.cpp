@@ -1,0 +1,112 @@
+// Poller: leader-gated claiming (see poller.h).
+#include "worker/poller.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace baton::worker {
+namespace {
+
+struct WakeReceiver : pqxx::notification_receiver {
+  using pqxx::notification_receiver::notification_receiver;
+  void operator()(const std::string&, int) override {}
+};
+
+}  // namespace
+
+Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* observer,
+               std::function<bool(std::int64_t)> still_leading)
+    : config_(std::move(config)),
+      executor_(executor),
+      observer_(observer),
+      still_leading_(std::move(still_leading)) {
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+}
+
+Poller::~Poller() {
+  stop();
+  receiver_.reset();
+  conn_.reset();
+  close(wake_fd_);
+}
+
+void Poller::start(std::int64_t epoch) {
+  stop();
+  stopping_.store(false);
+  thread_ = std::thread([this, epoch] { loop(epoch); });
+}
+
+void Poller::stop() {
+  stopping_.store(true);
+  wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Poller::wake() {
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+}
+
+void Poller::wait(Millis timeout) {
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn_ ? conn_->sock() : -1, POLLIN, 0}};
+  poll(fds, conn_ ? 2 : 1, static_cast<int>(timeout.count()));
+  std::uint64_t drained = 0;
+  [[maybe_unused]] auto n = read(wake_fd_, &drained, sizeof drained);
+}
+
+void Poller::loop(std::int64_t epoch) {
+  bool rescued = false;
+  bool reported = false;
+  Millis backoff{50};
+  while (!stopping_.load()) {
+    try {
+      if (!conn_) {
+        conn_ = detail::connect(config_.connect);
+        receiver_ =
+            std::make_unique<WakeReceiver>(*conn_, detail::jobs_channel(config_.connect.schema));
+      }
+      if (!rescued) {
+        const auto n = detail::rescue_older_epochs(*conn_, epoch);
+        if (n > 0) spdlog::warn("rescued {} running jobs of older epochs (epoch={})", n, epoch);
+        rescued = true;
+      }
+      const int want = std::min(executor_.free_slots(), config_.batch_size);
+      std::size_t got = 0;
+      if (want > 0 && still_leading_(epoch)) {
+        auto jobs =
+            detail::claim_jobs(*conn_, config_.lock, config_.node_id, epoch, want, config_.queues);
+        got = jobs.size();
+        for (auto& j : jobs) {
+          if (observer_ != nullptr) observer_->job_started(j.job.queue, j.job.type, j.wait_seconds);
+          executor_.submit(std::move(j));
+        }
+      }
+      if (reported) spdlog::info("poller: database reachable again");
+      reported = false;
+      backoff = Millis(50);
+      // A full claim means more may be waiting: go again at once if a slot is free.
+      if (want > 0 && got == static_cast<std::size_t>(want) && executor_.free_slots() > 0) {
+        continue;
+      }
+      wait(config_.poll_interval);
+      conn_->get_notifs();
+    } catch (const std::exception& e) {
+      receiver_.reset();
+      conn_.reset();
+      if (!reported) {
+        spdlog::error("poller: {}; retrying with backoff", e.what());
+        reported = true;
+      }
+      wait(backoff);
+      backoff = std::min(backoff * 2, Millis(2000));
+    }
+  }
+}
+
+}  // namespace baton::worker

@@ -1,0 +1,63 @@
+// Poller: while this node leads at an epoch, claims min(free slots, batch size) due jobs per
+// statement and hands them to the executor, so no claimed job waits for a thread. It sleeps until
+// a NOTIFY from an enqueue, a freed slot, or the poll interval. At start it rescues running jobs
+// of older epochs (their leader is gone).
+//
+// Thread-safety: start()/stop() from one owner thread; wake() from any thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "baton/config.h"
+#include "baton/detail/db.h"
+#include "baton/detail/job_store.h"
+#include "baton/detail/observer.h"
+#include "worker/executor.h"
+
+namespace baton::worker {
+
+struct PollerConfig {
+  detail::ConnectOptions connect;
+  std::string node_id;
+  detail::LockName lock;
+  std::vector<std::string> queues;  // empty: all
+  int batch_size = 100;
+  Millis poll_interval{1000};
+};
+
+class Poller {
+ public:
+  // `still_leading(epoch)` is the elector's lease check, asked before every claim.
+  Poller(PollerConfig config, Executor& executor, detail::JobObserver* observer,
+         std::function<bool(std::int64_t)> still_leading);
+  ~Poller();
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+
+  void start(std::int64_t epoch);
+  // Returns once no claim is running and none will start. Idempotent.
+  void stop();
+  void wake();
+
+ private:
+  void loop(std::int64_t epoch);
+  void wait(Millis timeout);
+
+  const PollerConfig config_;
+  Executor& executor_;
+  detail::JobObserver* const observer_;
+  const std::function<bool(std::int64_t)> still_leading_;
+
+  std::unique_ptr<pqxx::connection> conn_;  // used by the loop thread only
+  std::unique_ptr<pqxx::notification_receiver> receiver_;
+  std::atomic<bool> stopping_{false};
+  int wake_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace baton::worker
