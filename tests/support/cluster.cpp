@@ -1,0 +1,97 @@
+// Cluster of real batond processes (see cluster.h).
+#include "support/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include "baton/detail/db.h"
+#include "baton/detail/migrations.h"
+
+namespace baton::test {
+
+Cluster::Cluster(const std::string& schema, int nodes, std::vector<std::string> extra)
+    : schema_(schema), dir_(temp_dir(schema)), extra_(std::move(extra)) {
+  auto conn = detail::connect({.url = database_url(), .schema = schema});
+  detail::migrate(*conn, schema);
+  db_ = connect(schema);
+  for (int i = 1; i <= nodes; ++i)
+    start("n" + std::to_string(i));
+}
+
+void Cluster::start(const std::string& node_id) {
+  std::vector<std::string> argv{binary("batond"),
+                                "--database-url",
+                                database_url(),
+                                "--schema",
+                                schema_,
+                                "--node-id",
+                                node_id,
+                                "--metrics-listen",
+                                "127.0.0.1:0",
+                                "--poll-interval",
+                                "100ms",
+                                "--retry-base",
+                                "10ms",
+                                "--retry-cap",
+                                "100ms",
+                                "--threads",
+                                "4"};
+  argv.insert(argv.end(), extra_.begin(), extra_.end());
+  auto p = std::make_unique<Process>(argv, dir_ + "/" + node_id + ".log");
+  for (auto& [id, proc] : nodes_) {
+    if (id == node_id) {
+      proc = std::move(p);
+      return;
+    }
+  }
+  nodes_.emplace_back(node_id, std::move(p));
+}
+
+Process& Cluster::process(const std::string& node_id) {
+  for (auto& [id, proc] : nodes_) {
+    if (id == node_id) return *proc;
+  }
+  throw std::out_of_range("no node " + node_id);
+}
+
+std::vector<std::string> Cluster::node_ids() const {
+  std::vector<std::string> ids;
+  for (const auto& n : nodes_)
+    ids.push_back(n.first);
+  return ids;
+}
+
+std::string Cluster::leader() {
+  return query_value(*db_,
+                     "SELECT client_id FROM locks WHERE expires_at > clock_timestamp() "
+                     "ORDER BY epoch DESC LIMIT 1");
+}
+
+long long Cluster::epoch() {
+  return query_int(*db_, "SELECT max(epoch) FROM locks");
+}
+
+std::string Cluster::metrics_addr(const std::string& node_id) {
+  pqxx::nontransaction tx(*db_);
+  auto r = tx.exec_params("SELECT metrics_addr FROM nodes WHERE node_id = $1", node_id);
+  return r.empty() || r[0][0].is_null() ? "" : r[0][0].c_str();
+}
+
+std::string Cluster::wait_leader(std::chrono::milliseconds timeout, const std::string& not_this) {
+  std::string found;
+  wait_for(
+      [&] {
+        found = leader();
+        return !found.empty() && found != not_this;
+      },
+      timeout, 5ms);
+  return found != not_this ? found : "";
+}
+
+std::string Cluster::logs() const {
+  std::string all;
+  for (const auto& [id, proc] : nodes_)
+    all += "----- " + id + "\n" + proc->log();
+  return all;
+}
+
+}  // namespace baton::test

@@ -1,0 +1,117 @@
+// Config validation and parsing: every bad value is refused with a message naming the setting.
+#include <gtest/gtest.h>
+
+#include <baton/config.h>
+
+namespace {
+
+using baton::ConfigError;
+using baton::Millis;
+using baton::NodeConfig;
+using baton::parse_duration;
+
+NodeConfig valid() {
+  NodeConfig c;
+  c.database_url = "postgresql://u@127.0.0.1:5432/db";
+  return c;
+}
+
+// Validates and returns the error message ("" when valid).
+std::string error_of(NodeConfig c) {
+  try {
+    c.validate();
+    return "";
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+}
+
+TEST(Duration, ParsesEveryUnit) {
+  EXPECT_EQ(parse_duration("250ms", "x"), Millis(250));
+  EXPECT_EQ(parse_duration("2s", "x"), Millis(2000));
+  EXPECT_EQ(parse_duration("1.5s", "x"), Millis(1500));
+  EXPECT_EQ(parse_duration("3m", "x"), Millis(180000));
+  EXPECT_EQ(parse_duration("1h", "x"), Millis(3600000));
+  EXPECT_EQ(parse_duration("0ms", "x"), Millis(0));
+}
+
+TEST(Duration, RefusesMissingOrUnknownUnitsAndNegatives) {
+  for (const char* bad : {"200", "2 s", "2sec", "-1s", "", "s", "1..2s", "5d", "ms"}) {
+    try {
+      parse_duration(bad, "lock-ttl");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("lock-ttl"), std::string::npos) << message;
+      EXPECT_NE(message.find("250ms"), std::string::npos) << "no example of the form: " << message;
+    }
+  }
+}
+
+TEST(Config, DefaultsAreValidAndFillNodeId) {
+  NodeConfig c = valid();
+  ASSERT_NO_THROW(c.validate());
+  EXPECT_NE(c.node_id.find(':'), std::string::npos) << "default node id is host:pid";
+}
+
+TEST(Config, RequiresDatabaseUrl) {
+  NodeConfig c;
+  EXPECT_NE(error_of(c).find("DATABASE_URL"), std::string::npos);
+}
+
+TEST(Config, RenewMustBeWellUnderTtl) {
+  NodeConfig c = valid();
+  c.renew_interval = Millis(2000);
+  EXPECT_NE(error_of(c).find("renew-interval"), std::string::npos);
+  c.renew_interval = Millis(700);  // > 2000 / 3
+  EXPECT_NE(error_of(c).find("lock-ttl / 3"), std::string::npos);
+  c.renew_interval = Millis(600);
+  EXPECT_EQ(error_of(c), "");
+}
+
+TEST(Config, RefusesNonPositiveDurationsAndBadNumbers) {
+  auto with = [](auto change) {
+    NodeConfig c = valid();
+    change(c);
+    return error_of(c);
+  };
+  EXPECT_NE(with([](NodeConfig& c) { c.lock_ttl = Millis(-1); }).find("lock-ttl"),
+            std::string::npos);
+  EXPECT_NE(with([](NodeConfig& c) { c.retry_interval = Millis(0); }).find("retry-interval"),
+            std::string::npos);
+  EXPECT_NE(with([](NodeConfig& c) { c.threads = 0; }).find("threads"), std::string::npos);
+  EXPECT_NE(with([](NodeConfig& c) { c.batch_size = 0; }).find("batch-size"), std::string::npos);
+  EXPECT_NE(with([](NodeConfig& c) { c.schema = "Bad-Name"; }).find("schema"), std::string::npos);
+  EXPECT_NE(with([](NodeConfig& c) { c.schema = "x\"; DROP TABLE jobs; --"; }).find("schema"),
+            std::string::npos);
+  EXPECT_NE(with([](NodeConfig& c) { c.metrics_listen = "9464"; }).find("metrics-listen"),
+            std::string::npos);
+  EXPECT_NE(
+      with([](NodeConfig& c) { c.metrics_listen = "127.0.0.1:99999"; }).find("metrics-listen"),
+      std::string::npos);
+  EXPECT_EQ(with([](NodeConfig& c) { c.metrics_listen = "off"; }), "");
+  EXPECT_NE(with([](NodeConfig& c) {
+              c.queues = {"ok", "not ok"};
+            }).find("queues"),
+            std::string::npos);
+  EXPECT_NE(with([](NodeConfig& c) { c.node_id = "has space"; }).find("node-id"),
+            std::string::npos);
+}
+
+TEST(Config, RefusesUnparsableDatabaseUrl) {
+  NodeConfig c = valid();
+  c.database_url = "host=localhost port";
+  EXPECT_NE(error_of(c).find("database-url"), std::string::npos);
+}
+
+TEST(DatabaseUrl, DescriptionNeverShowsThePassword) {
+  for (const char* url : {"postgresql://alice:s3cret-pw@db.example:5433/app?sslmode=require",
+                          "host=db.example port=5433 dbname=app user=alice password=s3cret-pw"}) {
+    const std::string d = baton::describe_database_url(url);
+    EXPECT_EQ(d.find("s3cret-pw"), std::string::npos) << d;
+    EXPECT_NE(d.find("host=db.example"), std::string::npos) << d;
+    EXPECT_NE(d.find("user=alice"), std::string::npos) << d;
+  }
+}
+
+}  // namespace
