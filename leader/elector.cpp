@@ -18,7 +18,9 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kTryLockSql =
     "SELECT pg_try_advisory_lock(hashtextextended($1 || '/' || $2, 0))";
 
+// Returns the new epoch and the previous holder (NULL on the very first grant).
 constexpr const char* kGrantSql = R"sql(
+WITH previous AS (SELECT client_id FROM locks WHERE lock_key = $1 AND region = $2)
 INSERT INTO locks AS l (lock_key, region, client_id, created_date, epoch, renewed_at, expires_at,
                         holder_pid, holder_host)
 VALUES ($1, $2, $3, now(), 1, clock_timestamp(),
@@ -27,7 +29,16 @@ ON CONFLICT (lock_key, region) DO UPDATE
    SET client_id = excluded.client_id, created_date = excluded.created_date,
        epoch = l.epoch + 1, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
        holder_pid = excluded.holder_pid, holder_host = excluded.holder_host
-RETURNING epoch
+RETURNING epoch, (SELECT client_id FROM previous)
+)sql";
+
+// A deposed leader that froze may have transactions open (a transactional handler between its
+// writes and its commit). Ending them releases their row locks so that the rescue can proceed;
+// their commits would be fenced anyway.
+constexpr const char* kEndDeposedSql = R"sql(
+SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))
+  FROM pg_catalog.pg_stat_activity
+ WHERE application_name = $1 AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()
 )sql";
 
 constexpr const char* kRenewSql = R"sql(
@@ -76,9 +87,13 @@ ON CONFLICT (node_id) DO UPDATE
 )sql";
 
 // LISTENs on the leader channel; notifications only need to wake the poll(), not be read.
+// LISTENs on the leader channel and keeps the payloads ("released <node>", "yield <node>").
 struct WakeReceiver : pqxx::notification_receiver {
-  using pqxx::notification_receiver::notification_receiver;
-  void operator()(const std::string&, int) override {}
+  WakeReceiver(pqxx::connection_base& conn, const std::string& channel,
+               std::vector<std::string>& out)
+      : pqxx::notification_receiver(conn, channel), out_(out) {}
+  void operator()(const std::string& payload, int) override { out_.push_back(payload); }
+  std::vector<std::string>& out_;
 };
 
 std::int64_t now_ns() {
@@ -89,8 +104,11 @@ std::int64_t now_ns() {
 }  // namespace
 
 Elector::Elector(ElectorConfig config, LeadershipCallbacks callbacks,
-                 detail::LeaderObserver* observer)
-    : config_(std::move(config)), callbacks_(std::move(callbacks)), observer_(observer) {
+                 detail::LeaderObserver* observer, std::function<void()> on_yield_request)
+    : config_(std::move(config)),
+      callbacks_(std::move(callbacks)),
+      on_yield_request_(std::move(on_yield_request)),
+      observer_(observer) {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
@@ -118,6 +136,17 @@ void Elector::stop() {
   if (events_thread_.joinable()) events_thread_.join();
 }
 
+void Elector::yield() {
+  yield_requested_.store(true);
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+}
+
+void Elector::request_yield() {
+  const auto e = epoch_.load();
+  if (e != 0) post({Event::yield_request, e, RevokeReason::stepped_down});
+}
+
 bool Elector::leading(std::int64_t epoch) const {
   return epoch != 0 && epoch_.load() == epoch && now_ns() < lease_deadline_ns_.load();
 }
@@ -141,7 +170,7 @@ bool Elector::revoke(std::int64_t epoch, RevokeReason reason) {
     spdlog::warn("leadership LOST: epoch={} reason={}", epoch, to_string(reason));
   }
   if (observer_ != nullptr) observer_->revoked(epoch, to_string(reason));
-  post({false, epoch, reason});
+  post({Event::revoked, epoch, reason});
   return true;
 }
 
@@ -171,8 +200,17 @@ void Elector::event_loop() {
       events_.pop_front();
       lock.unlock();
       try {
-        if (ev.granted && callbacks_.on_granted) callbacks_.on_granted(ev.epoch);
-        if (!ev.granted && callbacks_.on_revoked) callbacks_.on_revoked(ev.epoch, ev.reason);
+        if (ev.kind == Event::granted && callbacks_.on_granted) callbacks_.on_granted(ev.epoch);
+        if (ev.kind == Event::revoked && callbacks_.on_revoked) {
+          callbacks_.on_revoked(ev.epoch, ev.reason);
+        }
+        if (ev.kind == Event::yield_request) {
+          if (on_yield_request_) {
+            on_yield_request_();
+          } else {
+            yield();
+          }
+        }
       } catch (const std::exception& ex) {
         spdlog::error("leadership callback threw: {}", ex.what());
       }
@@ -200,8 +238,8 @@ void Elector::heartbeat_loop() {
       if (!conn) {
         conn = detail::connect(config_.connect);
         // Followers wake at once when a leader releases its lock.
-        receiver =
-            std::make_unique<WakeReceiver>(*conn, detail::leader_channel(config_.connect.schema));
+        receiver = std::make_unique<WakeReceiver>(
+            *conn, detail::leader_channel(config_.connect.schema), notifications_);
         if (reported_down) spdlog::info("election connection restored");
         reported_down = false;
         backoff = Millis(100);
@@ -254,19 +292,49 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
     // The watchdog revoked the lease while this thread was busy: give the lock up for real.
     throw std::runtime_error("lease ran out before renewal succeeded");
   }
+  if (held_epoch != 0 && yield_requested_.exchange(false)) {
+    const auto epoch = held_epoch;
+    held_epoch = 0;
+    revoke(epoch, RevokeReason::stepped_down);
+    release(conn, epoch);
+    // Stay out long enough for a follower to win, or the same node would simply win again.
+    hold_off_until_ = Clock::now() + 2 * config_.renew_interval + 2 * config_.retry_interval;
+    touch_node_row(conn, true);
+    return;
+  }
   if (held_epoch == 0) {
-    if (!try_acquire(conn, held_epoch)) {
-      maybe_evict(conn);
+    yield_requested_.store(false);
+    const bool held_off = Clock::now() < hold_off_until_;
+    if (held_off || !try_acquire(conn, held_epoch)) {
+      if (!held_off) maybe_evict(conn);
       touch_node_row(conn, false);
       wait(conn.sock(), config_.retry_interval);
-      conn.get_notifs();  // throws when the server closed the session
+      handle_notifications(conn, held_epoch);
     }
     return;
   }
   renew(conn, held_epoch);
   touch_node_row(conn, false);
   wait(conn.sock(), config_.renew_interval);
-  conn.get_notifs();
+  handle_notifications(conn, held_epoch);
+}
+
+void Elector::handle_notifications(pqxx::connection& conn, std::int64_t held_epoch) {
+  notifications_.clear();
+  conn.get_notifs();  // throws when the server closed the session
+  bool released = false;
+  for (const auto& payload : notifications_) {
+    if (held_epoch != 0 && (payload == "yield *" || payload == "yield " + config_.node_id)) {
+      spdlog::info("asked to step down ({})", payload);
+      post({Event::yield_request, held_epoch, RevokeReason::stepped_down});
+    }
+    released = released || payload.rfind("released ", 0) == 0;
+  }
+  if (released && held_epoch == 0) {
+    // Every follower wakes on the same NOTIFY: a small random spread avoids a stampede.
+    static thread_local std::mt19937_64 rng(std::random_device{}());
+    wait(-1, Millis(std::uniform_int_distribution<int>(0, 10)(rng)));
+  }
 }
 
 bool Elector::try_acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
@@ -280,18 +348,19 @@ bool Elector::try_acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
   // If this fails, the caller drops the session, so the advisory lock is never held without
   // the row.
   pqxx::work tx(conn);
-  const auto epoch =
-      tx.exec_params(kGrantSql, config_.lock_key, config_.region, config_.node_id,
-                     static_cast<std::int64_t>(config_.ttl.count()), config_.host)[0][0]
-          .as<std::int64_t>();
+  const auto row = tx.exec_params(kGrantSql, config_.lock_key, config_.region, config_.node_id,
+                                  static_cast<std::int64_t>(config_.ttl.count()), config_.host)[0];
+  const auto epoch = row[0].as<std::int64_t>();
+  const std::string previous = row[1].is_null() ? "" : row[1].c_str();
   tx.commit();
   held_epoch = epoch;
   lease_deadline_ns_.store(sent + std::chrono::nanoseconds(config_.ttl).count());
   epoch_.store(epoch);
   spdlog::info("leadership GRANTED: epoch={}", epoch);
   if (observer_ != nullptr) observer_->granted(epoch);
-  post({true, epoch, RevokeReason::stepped_down});
+  post({Event::granted, epoch, RevokeReason::stepped_down});
   touch_node_row(conn, true);
+  if (!previous.empty() && previous != config_.node_id) end_deposed_transactions(conn, previous);
   return true;
 }
 
@@ -308,6 +377,17 @@ void Elector::maybe_evict(pqxx::connection& conn) {
       "holds the lock (frozen or cut off); terminated {} of its backends",
       holder, epoch, pid, ended);
   if (observer_ != nullptr) observer_->evicted_holder();
+}
+
+void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string& previous) {
+  pqxx::nontransaction tx(conn);
+  const auto ended = tx.exec_params(kEndDeposedSql, previous)[0][0].as<std::int64_t>();
+  if (ended > 0) {
+    spdlog::warn(
+        "ended {} open transaction(s) of the deposed leader {} so that its work can be "
+        "rescued",
+        ended, previous);
+  }
 }
 
 void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
@@ -333,7 +413,7 @@ void Elector::release(pqxx::connection& conn, std::int64_t epoch) {
   tx.exec_params(kReleaseRowSql, config_.lock_key, config_.region, config_.node_id, epoch);
   tx.exec_params(kUnlockSql, config_.region, config_.lock_key);
   tx.exec_params("SELECT pg_notify($1, $2)", detail::leader_channel(config_.connect.schema),
-                 config_.node_id);
+                 "released " + config_.node_id);
 }
 
 void Elector::touch_node_row(pqxx::connection& conn, bool force) {

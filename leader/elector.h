@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "baton/config.h"
 #include "baton/detail/db.h"
@@ -42,7 +43,11 @@ struct ElectorConfig {
 
 class Elector {
  public:
-  Elector(ElectorConfig config, LeadershipCallbacks callbacks, detail::LeaderObserver* observer);
+  // `on_yield_request` runs on the event thread when someone asks this leader to step down
+  // (NOTIFY "yield <node id>" or "yield *" on the leader channel, e.g. from batonctl); it should
+  // drain and then call yield().
+  Elector(ElectorConfig config, LeadershipCallbacks callbacks, detail::LeaderObserver* observer,
+          std::function<void()> on_yield_request = {});
   ~Elector();
   Elector(const Elector&) = delete;
   Elector& operator=(const Elector&) = delete;
@@ -51,6 +56,10 @@ class Elector {
   // Steps down if leading (lease ended, lock released, followers notified), delivers the revoke
   // callback, and stops both threads. Idempotent.
   void stop();
+  // Releases leadership now (if leading) and stays out of elections for a few renew intervals.
+  void yield();
+  // Runs on_yield_request on the event thread (drain first, then yield), if leading.
+  void request_yield();
 
   // True while this node leads at `epoch` and its lease has not run out on the steady clock.
   bool leading(std::int64_t epoch) const;
@@ -59,7 +68,7 @@ class Elector {
 
  private:
   struct Event {
-    bool granted;
+    enum Kind { granted, revoked, yield_request } kind;
     std::int64_t epoch;
     RevokeReason reason;
   };
@@ -72,6 +81,8 @@ class Elector {
   void renew(pqxx::connection& conn, std::int64_t& held_epoch);
   void release(pqxx::connection& conn, std::int64_t epoch);
   void touch_node_row(pqxx::connection& conn, bool force);
+  void end_deposed_transactions(pqxx::connection& conn, const std::string& previous);
+  void handle_notifications(pqxx::connection& conn, std::int64_t held_epoch);
   // Marks leadership lost and queues the callback; false when it was lost already.
   bool revoke(std::int64_t epoch, RevokeReason reason);
   void post(Event event);
@@ -80,11 +91,14 @@ class Elector {
 
   const ElectorConfig config_;
   const LeadershipCallbacks callbacks_;
+  const std::function<void()> on_yield_request_;
   detail::LeaderObserver* const observer_;
 
   std::atomic<std::int64_t> epoch_{0};              // 0 when not leading
   std::atomic<std::int64_t> lease_deadline_ns_{0};  // steady clock
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> yield_requested_{false};
+  std::chrono::steady_clock::time_point hold_off_until_{};  // heartbeat thread only
   int wake_fd_ = -1;
 
   std::mutex mutex_;  // guards events_
@@ -93,6 +107,7 @@ class Elector {
   bool events_done_ = false;
 
   std::chrono::steady_clock::time_point last_node_touch_{};
+  std::vector<std::string> notifications_;  // heartbeat thread only
   std::thread heartbeat_;
   std::thread events_thread_;
 };

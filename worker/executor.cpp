@@ -10,6 +10,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 thread_local std::mt19937_64 tl_rng{std::random_device{}()};
+// Each pool thread keeps its own connection for transactional handlers (a pool thread belongs to
+// one executor for its whole life, so the options never change under it).
+thread_local std::unique_ptr<pqxx::connection> tl_conn;
 
 }  // namespace
 
@@ -51,6 +54,33 @@ void Executor::abandon() {
   if (pool_) pool_->stop();
 }
 
+bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& ctx,
+                                 double& run_seconds) {
+  const auto started = Clock::now();
+  try {
+    if (!tl_conn) tl_conn = detail::connect(config_.connect);
+    pqxx::work tx(*tl_conn);
+    entry.transactional(ctx, tx);
+    if (Clock::now() > ctx.deadline()) throw std::runtime_error("timeout: ran past its limit");
+    run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    const Job& job = ctx.job();
+    if (!detail::complete_in(tx, {job.id, job.epoch, run_seconds})) {
+      tx.abort();
+      spdlog::warn(
+          "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
+          "handler's writes were rolled back",
+          job.id, job.queue, job.type, job.epoch);
+      if (observer_ != nullptr) observer_->jobs_fenced(1);
+      return false;
+    }
+    tx.commit();
+    return true;
+  } catch (const std::exception& e) {
+    if (detail::is_connection_error(e)) tl_conn.reset();
+    throw;
+  }
+}
+
 void Executor::run(const detail::ClaimedJob& claimed) {
   const Job& job = claimed.job;
   const auto started = Clock::now();
@@ -59,12 +89,22 @@ void Executor::run(const detail::ClaimedJob& claimed) {
                             : Clock::time_point::max();
   std::string error;
   std::string dead_reason;  // non-empty: never retry
-  if (const Handler* handler = handlers_.find(job.type)) {
+  bool recorded = false;    // a transactional handler completed (or was fenced) by itself
+  double run_seconds = 0;
+  if (const detail::HandlerEntry* entry = handlers_.find(job.type)) {
     try {
       JobContext ctx(job, deadline, cancelled_);
-      (*handler)(ctx);
-      if (Clock::now() > deadline) {
-        error = "timeout: ran past its " + std::to_string(claimed.timeout_ms) + "ms limit";
+      if (entry->transactional) {
+        const bool committed = run_transactional(*entry, ctx, run_seconds);
+        recorded = true;
+        if (committed && observer_ != nullptr) {
+          observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds);
+        }
+      } else {
+        entry->plain(ctx);
+        if (Clock::now() > deadline) {
+          error = "timeout: ran past its " + std::to_string(claimed.timeout_ms) + "ms limit";
+        }
       }
     } catch (const PayloadError& e) {
       error = e.what();
@@ -83,7 +123,8 @@ void Executor::run(const detail::ClaimedJob& claimed) {
             "; register one with node.handle(\"" + job.type + "\", ...) or enqueue a known type";
     dead_reason = "unknown_type";
   }
-  const double run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  if (recorded && error.empty()) return;
+  run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   if (error.empty()) {
     completer_.add(detail::Completion{job.id, job.epoch, run_seconds});

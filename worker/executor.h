@@ -15,6 +15,7 @@
 
 #include <boost/asio/thread_pool.hpp>
 
+#include "baton/detail/db.h"
 #include "baton/detail/job_store.h"
 #include "baton/detail/observer.h"
 #include "baton/detail/registry.h"
@@ -24,6 +25,7 @@
 namespace baton::worker {
 
 struct ExecutorConfig {
+  detail::ConnectOptions connect;  // for transactional handlers' connections, one per thread
   int threads = 8;
   std::string node_id;
   detail::RetryPolicy retry;
@@ -50,6 +52,9 @@ class Executor {
 
  private:
   void run(const detail::ClaimedJob& job);
+  // Runs a transactional handler and commits its writes with the completion. Returns false when
+  // the commit was fenced (the outcome is then settled: nothing more to record).
+  bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx, double& run_seconds);
 
   const ExecutorConfig config_;
   const detail::HandlerRegistry& handlers_;

@@ -61,7 +61,10 @@ void Poller::wait(Millis timeout) {
 }
 
 void Poller::loop(std::int64_t epoch) {
-  bool rescued = false;
+  // Rescue at grant, then every few seconds: rows a deposed leader still had locked are skipped
+  // by a pass and taken by a later one.
+  constexpr auto kRescueEvery = std::chrono::seconds(2);
+  auto next_rescue = std::chrono::steady_clock::now();
   bool reported = false;
   Millis backoff{50};
   while (!stopping_.load()) {
@@ -71,10 +74,10 @@ void Poller::loop(std::int64_t epoch) {
         receiver_ =
             std::make_unique<WakeReceiver>(*conn_, detail::jobs_channel(config_.connect.schema));
       }
-      if (!rescued) {
+      if (std::chrono::steady_clock::now() >= next_rescue && still_leading_(epoch)) {
         const auto n = detail::rescue_older_epochs(*conn_, epoch);
         if (n > 0) spdlog::warn("rescued {} running jobs of older epochs (epoch={})", n, epoch);
-        rescued = true;
+        next_rescue = std::chrono::steady_clock::now() + kRescueEvery;
       }
       const int want = std::min(executor_.free_slots(), config_.batch_size);
       std::size_t got = 0;
@@ -94,7 +97,10 @@ void Poller::loop(std::int64_t epoch) {
       if (want > 0 && got == static_cast<std::size_t>(want) && executor_.free_slots() > 0) {
         continue;
       }
-      wait(config_.poll_interval);
+      wait(std::min<Millis>(
+          config_.poll_interval,
+          std::chrono::duration_cast<Millis>(next_rescue - std::chrono::steady_clock::now()) +
+              Millis(1)));
       conn_->get_notifs();
     } catch (const std::exception& e) {
       receiver_.reset();

@@ -5,19 +5,38 @@
 
 namespace builtin {
 
+namespace {
+
+// Sleeps `ms`, waking early on cancellation unless the payload says {"ignore_cancel": true}
+// (drills use that to make a deposed leader really attempt its commit).
+void sleep_for(baton::JobContext& ctx, int ms) {
+  if (ms < 0 || ms > 3'600'000) throw baton::Discard("ms must be 0..3600000");
+  const auto payload = ctx.payload();
+  const bool ignore_cancel = payload.is_object() && payload.value("ignore_cancel", false);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < until && (ignore_cancel || !ctx.cancelled())) {
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        until - std::chrono::steady_clock::now(), std::chrono::milliseconds(10)));
+  }
+  if (!ignore_cancel && ctx.cancelled()) throw std::runtime_error("cancelled before it finished");
+}
+
+int ms_of(const baton::JobContext& ctx) {
+  const auto payload = ctx.payload();
+  return payload.is_object() ? payload.value("ms", 0) : 0;
+}
+
+}  // namespace
+
 void register_handlers(baton::Node& node) {
   node.handle("noop", [](baton::JobContext&) {});
-  node.handle("sleep", [](baton::JobContext& ctx) {
-    const auto payload = ctx.payload();
-    const auto ms = payload.is_object() ? payload.value("ms", 0) : 0;
-    if (ms < 0 || ms > 3'600'000) throw baton::Discard("sleep: ms must be 0..3600000");
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (std::chrono::steady_clock::now() < until && !ctx.cancelled()) {
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-          until - std::chrono::steady_clock::now(), std::chrono::milliseconds(10)));
-    }
-    if (ctx.cancelled()) throw std::runtime_error("sleep: cancelled before it finished");
-  });
+  node.handle("sleep", [](baton::JobContext& ctx) { sleep_for(ctx, ms_of(ctx)); });
+  node.handle_tx("record_tx",
+                 [node_id = node.config().node_id](baton::JobContext& ctx, pqxx::work& tx) {
+                   tx.exec_params("INSERT INTO effects (job_id, node, epoch) VALUES ($1, $2, $3)",
+                                  ctx.job().id, node_id, ctx.job().epoch);
+                   sleep_for(ctx, ms_of(ctx));
+                 });
   node.handle("fail", [](baton::JobContext& ctx) {
     const auto payload = ctx.payload();
     throw std::runtime_error(payload.is_object() ? payload.value("message", "asked to fail")

@@ -2,6 +2,10 @@
 //   noop:  does nothing.
 //   sleep: sleeps {"ms": N} milliseconds (N <= 3600000), waking early when cancelled.
 //   fail:  always throws {"message": "..."}: for retry and dead-letter drills.
+//   record_tx: transactional; inserts one row (job_id, node, epoch) into table `effects` of the
+//          node's schema, then sleeps {"ms": N} inside the transaction. Drills and tests count
+//          the rows to prove a deposed leader never commits twice. The table is the operator's:
+//          CREATE TABLE effects (job_id bigint, node text, epoch bigint).
 #pragma once
 
 #include <baton/baton.h>

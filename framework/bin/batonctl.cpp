@@ -146,6 +146,9 @@ int main(int argc, char** argv) {
   auto* stats =
       app.add_subcommand("stats", "per queue: available, scheduled, running, completed, dead");
   auto* leader = app.add_subcommand("leader", "the current leader, its epoch and lease");
+  bool step_down = false;
+  leader->add_flag("--step-down", step_down,
+                   "ask the leader to drain and step down (a follower takes over)");
   auto* nodes = app.add_subcommand("nodes", "nodes seen in the last hour, live or dead");
   auto* dead = app.add_subcommand("dead", "dead-lettered jobs");
   dead->require_subcommand(1);
@@ -193,9 +196,20 @@ int main(int argc, char** argv) {
     } else {
       auto conn = open(c);
       baton::detail::require_current_schema(*conn, c.schema);
-      pqxx::read_transaction tx(*conn);
+      pqxx::work tx(*conn);  // read-only but for the step-down NOTIFY, sent at commit
       if (stats->parsed()) print(tx.exec(kStatsSql), c.json);
-      if (leader->parsed()) {
+      if (leader->parsed() && step_down) {
+        auto rows = tx.exec(kLeaderSql);
+        if (rows.empty() || std::string_view(rows[0]["lease_valid"].c_str()) != "t") {
+          std::cerr << "batonctl: no node leads now; nothing to step down\n";
+          return 1;
+        }
+        const std::string who = rows[0]["leader"].c_str();
+        tx.exec_params("SELECT pg_notify($1, $2)", baton::detail::leader_channel(c.schema),
+                       "yield " + who);
+        std::cout << "asked " << who << " (epoch " << rows[0]["epoch"].c_str()
+                  << ") to step down\n";
+      } else if (leader->parsed()) {
         auto rows = tx.exec(kLeaderSql);
         if (rows.empty() && !c.json) {
           std::cout << "no node has led yet\n";
@@ -205,6 +219,7 @@ int main(int argc, char** argv) {
       }
       if (nodes->parsed()) print(tx.exec(kNodesSql), c.json);
       if (dead_list->parsed()) print(tx.exec_params(kDeadListSql, dead_queue, limit), c.json);
+      tx.commit();
     }
   } catch (const baton::ConfigError& e) {
     std::cerr << "batonctl: bad setting: " << e.what() << "\n";

@@ -98,6 +98,15 @@ void Node::handle(const std::string& type, Handler handler) {
   impl_->registry.add(type, std::move(handler));
 }
 
+void Node::handle_tx(const std::string& type, TxHandler handler) {
+  validate_name("type", type);
+  impl_->registry.add(type, std::move(handler));
+}
+
+void Node::yield() {
+  if (auto* e = impl_->live_elector.load()) e->request_yield();
+}
+
 void Node::on_leadership(LeadershipCallbacks callbacks) {
   impl_->callbacks.push_back(std::move(callbacks));
 }
@@ -167,7 +176,8 @@ void Node::run() {
                .queues = c.queues,
                .batch_size = c.batch_size,
                .poll_interval = c.poll_interval};
-  wc.executor = {.threads = c.threads,
+  wc.executor = {.connect = s.connect_options(),
+                 .threads = c.threads,
                  .node_id = c.node_id,
                  .retry = {.base = c.retry_base, .cap = c.retry_cap}};
   // The elector is created below; the gate reads it through the Impl.
@@ -208,7 +218,12 @@ void Node::run() {
       if (extra.on_revoked) extra.on_revoked(epoch, reason);
     }
   };
-  s.elector = std::make_unique<leader::Elector>(ec, cb, s.metrics.get());
+  // A step-down request drains first, so in-flight outcomes land while the lease is still ours.
+  auto on_yield_request = [&s] {
+    s.consumer->drain(s.config.shutdown_grace);
+    if (auto* e = s.live_elector.load()) e->yield();
+  };
+  s.elector = std::make_unique<leader::Elector>(ec, cb, s.metrics.get(), on_yield_request);
   s.live_elector.store(s.elector.get());
   s.elector->start();
 

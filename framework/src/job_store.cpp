@@ -28,7 +28,8 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
 
 constexpr const char* kRescueSql = R"sql(
 UPDATE jobs SET state = 'available', claimed_by = NULL, claimed_at = NULL
- WHERE state = 'running' AND claimed_epoch < $1
+ WHERE id IN (SELECT id FROM jobs WHERE state = 'running' AND claimed_epoch < $1
+                 FOR UPDATE SKIP LOCKED)
 )sql";
 
 constexpr const char* kCompleteSql = R"sql(
@@ -112,6 +113,12 @@ std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch) {
   auto r = tx.exec_params(kRescueSql, epoch);
   tx.commit();
   return r.affected_rows();
+}
+
+bool complete_in(pqxx::work& tx, const Completion& done) {
+  return tx.exec_params(kCompleteSql, int_array({done.id}), int_array({done.epoch}),
+                        double_array({done.run_seconds}))
+             .affected_rows() == 1;
 }
 
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,

@@ -6,18 +6,27 @@
 namespace baton::detail {
 
 void HandlerRegistry::add(const std::string& type, Handler handler) {
+  if (!handler) throw std::logic_error("handler for '" + type + "' is empty");
+  insert(type, HandlerEntry{std::move(handler), nullptr});
+}
+
+void HandlerRegistry::add(const std::string& type, TxHandler handler) {
+  if (!handler) throw std::logic_error("handler for '" + type + "' is empty");
+  insert(type, HandlerEntry{nullptr, std::move(handler)});
+}
+
+void HandlerRegistry::insert(const std::string& type, HandlerEntry entry) {
   if (frozen_) {
     throw std::logic_error("handler for '" + type +
                            "' registered after run(); register every handler before run()");
   }
-  if (!handler) throw std::logic_error("handler for '" + type + "' is empty");
-  if (!handlers_.emplace(type, std::move(handler)).second) {
+  if (!handlers_.emplace(type, std::move(entry)).second) {
     throw std::logic_error("a handler for job type '" + type +
                            "' is registered already; each type has exactly one handler");
   }
 }
 
-const Handler* HandlerRegistry::find(const std::string& type) const {
+const HandlerEntry* HandlerRegistry::find(const std::string& type) const {
   auto it = handlers_.find(type);
   return it == handlers_.end() ? nullptr : &it->second;
 }

@@ -29,10 +29,13 @@ class Cluster {
   std::string wait_leader(std::chrono::milliseconds timeout, const std::string& not_this = "");
 
   pqxx::connection& db() { return *db_; }
+  // Opens the test's own connection again (after a server restart).
+  void reconnect() { db_ = connect(schema_); }
   long long count(const std::string& sql) { return query_int(*db_, sql); }
   // Every node's log, for failure messages.
   std::string logs() const;
   const std::string& dir() const { return dir_; }
+  const std::string& schema() const { return schema_; }
 
  private:
   std::string schema_;

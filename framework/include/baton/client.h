@@ -41,7 +41,7 @@ class Client {
 
   // Typed form: T needs to_json and a static `type_name` (e.g. "send_email").
   template <class T>
-    requires requires { T::type_name; }
+  requires requires { T::type_name; }
   std::int64_t enqueue(const T& job, const EnqueueOptions& options = {}) {
     return enqueue(T::type_name, nlohmann::json(job), options);
   }

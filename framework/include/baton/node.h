@@ -24,6 +24,9 @@ class Node {
   // Registers the handler of a job type. Registering a type twice throws std::logic_error.
   void handle(const std::string& type, Handler handler);
 
+  // Registers a transactional handler (see TxHandler): exactly-once for its database writes.
+  void handle_tx(const std::string& type, TxHandler handler);
+
   // Typed form: the payload is mapped to T with nlohmann-json's from_json; a payload that does not
   // map sends the job to dead_jobs at once with the parse error.
   template <class T, class F>
@@ -47,6 +50,9 @@ class Node {
   void run();
   // Asks run() to shut down gracefully: stop claiming, drain up to shutdown_grace, step down.
   void stop();
+  // Gives up leadership (drain, release, notify) and waits a few renew intervals before standing
+  // again, so that another node takes over. No effect on a follower. Safe from any thread.
+  void yield();
 
   bool is_leader() const;
   std::int64_t epoch() const;

@@ -13,8 +13,8 @@
 namespace baton::detail {
 
 struct ConnectOptions {
-  std::string url{};             // any libpq form
-  std::string schema = "baton";  // validated identifier
+  std::string url{};               // any libpq form
+  std::string schema = "baton";    // validated identifier
   std::string application_name{};  // the node id, so a dead node's backends can be found
   // 0 leaves the server default. Set on the election session (see DESIGN.md section 4).
   int statement_timeout_ms = 0;

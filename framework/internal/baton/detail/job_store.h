@@ -29,7 +29,8 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
                                    const std::string& node_id, std::int64_t epoch, int limit,
                                    const std::vector<std::string>& queues);
 
-// Moves running jobs of epochs older than `epoch` back to available. Returns how many.
+// Moves running jobs of epochs older than `epoch` back to available. Returns how many. Rows
+// locked by a deposed leader's unfinished commit are skipped (the next pass takes them).
 std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch);
 
 struct Completion {
@@ -45,6 +46,10 @@ struct Failure {
   std::string reason;  // for dead: exhausted, unknown_type, bad_payload, discarded
   std::int64_t retry_delay_ms;
 };
+
+// Completes one job inside the caller's transaction (transactional handlers). False when the job
+// is no longer running under `epoch`: the caller must roll back (fenced).
+bool complete_in(pqxx::work& tx, const Completion& done);
 
 // Applies outcomes in one transaction. Returns how many were applied; the rest were fenced.
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,

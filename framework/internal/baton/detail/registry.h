@@ -9,16 +9,25 @@
 
 namespace baton::detail {
 
+// One of the two is set.
+struct HandlerEntry {
+  Handler plain;
+  TxHandler transactional;
+};
+
 class HandlerRegistry {
  public:
   // Throws std::logic_error when the type is registered already, or after freeze().
   void add(const std::string& type, Handler handler);
-  const Handler* find(const std::string& type) const;
+  void add(const std::string& type, TxHandler handler);
+  const HandlerEntry* find(const std::string& type) const;
   void freeze() { frozen_ = true; }
   std::size_t size() const { return handlers_.size(); }
 
  private:
-  std::unordered_map<std::string, Handler> handlers_;
+  void insert(const std::string& type, HandlerEntry entry);
+
+  std::unordered_map<std::string, HandlerEntry> handlers_;
   bool frozen_ = false;
 };
 

@@ -1,0 +1,181 @@
+// Election under faults, with real batond processes: many nodes at once, a frozen leader, a
+// terminated election session, a requested step-down, and settings refused at startup.
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "support/cluster.h"
+
+namespace {
+
+using namespace baton::test;
+
+void create_effects(Cluster& cluster) {
+  pqxx::nontransaction tx(cluster.db());
+  tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");  // no unique key
+}
+
+void enqueue(Cluster& cluster, const std::string& type, const std::string& payload, int n) {
+  pqxx::nontransaction tx(cluster.db());
+  tx.exec_params(
+      "INSERT INTO jobs (queue, type, payload) SELECT 'default', $1, $2::jsonb "
+      "FROM generate_series(1, $3)",
+      type, payload, n);
+}
+
+TEST(Election, FiveNodesAtOnceOneLeaderAndEpochsOnlyIncrease) {
+  Cluster cluster(unique_schema("five"), 5);
+  auto leader = cluster.wait_leader(20s);
+  ASSERT_NE(leader, "") << cluster.logs();
+  EXPECT_EQ(cluster.epoch(), 1);
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM nodes") == 5; }, 20s));
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM nodes WHERE role = 'leader'"), 1);
+
+  // Kill three leaders in a row, sampling the epoch all along: it never goes back.
+  long long last = 0;
+  bool monotonic = true;
+  for (int round = 0; round < 3; ++round) {
+    cluster.process(leader).signal(SIGKILL);
+    cluster.process(leader).wait(5s);
+    std::string next;
+    ASSERT_TRUE(wait_for(
+        [&] {
+          const auto e = cluster.epoch();
+          monotonic = monotonic && e >= last;
+          last = e;
+          next = cluster.leader();
+          return !next.empty() && next != leader;
+        },
+        20s, 2ms))
+        << "no new leader after killing " << leader << "\n"
+        << cluster.logs();
+    leader = next;
+  }
+  EXPECT_TRUE(monotonic) << "the epoch went backwards";
+  EXPECT_EQ(cluster.epoch(), 4) << "one grant per failover, no churn";
+}
+
+TEST(Election, AFrozenLeaderIsReplacedAndNeverCommitsTwice) {
+  Cluster cluster(unique_schema("sigstop"), 3);
+  create_effects(cluster);
+  const auto frozen = cluster.wait_leader(20s);
+  ASSERT_NE(frozen, "") << cluster.logs();
+  constexpr int kJobs = 40;
+  enqueue(cluster, "record_tx", R"({"ms": 400, "ignore_cancel": true})", kJobs);
+  // Freeze it while its four handlers sit inside their transactions, effects written, uncommitted.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
+                             frozen + "' AND state = 'idle in transaction'") == 4;
+      },
+      20s, 1ms))
+      << cluster.logs();
+
+  const auto stopped_at = std::chrono::steady_clock::now();
+  cluster.process(frozen).signal(SIGSTOP);
+  const auto next = cluster.wait_leader(20s, frozen);
+  ASSERT_NE(next, "") << "no node replaced the frozen leader\n" << cluster.logs();
+  std::printf(
+      "[ info ] SIGSTOP to new leader: %.0f ms\n",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stopped_at)
+          .count());
+  // Stay frozen past the ttl (2 s) so that every timer of the old leader has run out.
+  wait_for([] { return false; }, 2500ms, 100ms);
+  ASSERT_TRUE(
+      wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == kJobs; }, 60s))
+      << cluster.logs();
+  cluster.process(frozen).signal(SIGCONT);
+  ASSERT_TRUE(wait_for(
+      [&] { return cluster.process(frozen).log().find("leadership LOST") != std::string::npos; },
+      20s))
+      << "the thawed leader did not revoke itself\n"
+      << cluster.process(frozen).log();
+
+  // Work enqueued after the thaw runs on the new leader only.
+  enqueue(cluster, "record_tx", R"({"ms": 0})", 20);
+  ASSERT_TRUE(wait_for(
+      [&] { return cluster.count("SELECT count(*) FROM job_history") == kJobs + 20; }, 30s))
+      << cluster.logs();
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM effects"), kJobs + 20)
+      << "a transactional effect was committed twice (or lost)";
+  EXPECT_EQ(cluster.count("SELECT count(DISTINCT job_id) FROM effects"), kJobs + 20);
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM effects e JOIN job_history h ON h.id = e.job_id "
+                          "WHERE e.epoch <> h.epoch"),
+            0)
+      << "every effect comes from the epoch that completed the job";
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM job_history WHERE node = '" + frozen +
+                          "' AND first_started_at > (SELECT created_date FROM locks)"),
+            0)
+      << "the thawed leader claimed work after it was deposed";
+  EXPECT_TRUE(cluster.process(frozen).running()) << "the thawed node should live on as follower";
+  EXPECT_NE(cluster.process(next).log().find("ended 4 open transaction(s) of the deposed leader"),
+            std::string::npos)
+      << cluster.process(next).log();
+}
+
+TEST(Election, TerminatingTheElectionSessionRevokesAndReelects) {
+  Cluster cluster(unique_schema("terminate"), 2);
+  const auto first = cluster.wait_leader(20s);
+  ASSERT_NE(first, "") << cluster.logs();
+  const auto epoch = cluster.epoch();
+  cluster.count("SELECT count(*) FILTER (WHERE pg_terminate_backend(holder_pid)) FROM locks");
+  ASSERT_TRUE(wait_for([&] { return cluster.epoch() > epoch && !cluster.leader().empty(); }, 20s))
+      << cluster.logs();
+  EXPECT_TRUE(wait_for(
+      [&] { return cluster.process(first).log().find("leadership LOST") != std::string::npos; },
+      10s))
+      << cluster.process(first).log();
+  enqueue(cluster, "noop", "{}", 50);
+  ASSERT_TRUE(
+      wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 50; }, 20s))
+      << cluster.logs();
+}
+
+TEST(Election, StepDownHandsLeadershipToAnotherNode) {
+  Cluster cluster(unique_schema("stepdown"), 2);
+  const auto first = cluster.wait_leader(20s);
+  ASSERT_NE(first, "") << cluster.logs();
+  std::string out;
+  ASSERT_EQ(run_command(binary("batonctl") + " --database-url '" + database_url() + "' --schema " +
+                            cluster.schema() + " leader --step-down",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("asked " + first), std::string::npos) << out;
+  const auto second = cluster.wait_leader(10s, first);
+  ASSERT_NE(second, "") << cluster.logs();
+  EXPECT_TRUE(cluster.process(first).running());
+  enqueue(cluster, "noop", "{}", 20);
+  ASSERT_TRUE(
+      wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 20; }, 20s));
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM job_history WHERE node <> '" + second + "'"), 0);
+}
+
+TEST(Election, BadSettingsAreRefusedAtStartup) {
+  struct Case {
+    std::string flags;
+    std::string expect;
+  };
+  const std::vector<Case> cases{
+      {"--renew-interval 2s", "renew-interval"},
+      {"--lock-ttl 1s --renew-interval 500ms", "lock-ttl / 3"},
+      {"--lock-ttl -1s", "lock-ttl"},
+      {"--lock-ttl 2x", "unknown unit"},
+      {"--retry-interval 100", "has no unit"},
+      {"--threads 0", "threads"},
+      {"--schema 'a;b'", "schema"},
+      {"--metrics-listen nowhere", "metrics-listen"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    const int rc =
+        run_command(binary("batond") + " --database-url '" + database_url() + "' " + c.flags, &out);
+    EXPECT_EQ(rc, 2) << c.flags << ": " << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.flags << ": " << out;
+  }
+  std::string out;
+  EXPECT_EQ(run_command("env -u DATABASE_URL " + binary("batond"), &out), 2) << out;
+  EXPECT_NE(out.find("DATABASE_URL"), std::string::npos) << out;
+}
+
+}  // namespace

@@ -1,0 +1,119 @@
+// The fencing compare-and-set at the job store, against a real PostgreSQL: a claim needs the
+// lock row to show the claimer's epoch, and every outcome needs the job to still be running under
+// the epoch that claimed it.
+#include <gtest/gtest.h>
+
+#include "baton/detail/db.h"
+#include "baton/detail/job_store.h"
+#include "baton/detail/migrations.h"
+#include "support/support.h"
+
+namespace {
+
+using namespace baton::test;
+namespace detail = baton::detail;
+
+class Fencing : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    conn_ = detail::connect({.url = database_url(), .schema = schema_});
+    detail::migrate(*conn_, schema_);
+    {
+      pqxx::nontransaction tx(*conn_);
+      tx.exec("INSERT INTO jobs (queue, type) SELECT 'q', 'noop' FROM generate_series(1, 3)");
+    }
+    lead("old", 1);
+  }
+  // Makes the lock row say that `node` leads at `epoch`.
+  void lead(const std::string& node, long long epoch) {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec_params(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) "
+        "VALUES ('k', 'r', $1, $2, now() + interval '1 minute') ON CONFLICT (lock_key, region) "
+        "DO UPDATE SET client_id = excluded.client_id, epoch = excluded.epoch",
+        node, epoch);
+  }
+  std::vector<detail::ClaimedJob> claim(const std::string& node, long long epoch) {
+    return detail::claim_jobs(*conn_, {"k", "r"}, node, epoch, 10, {});
+  }
+  long long count(const std::string& sql) { return query_int(*conn_, sql); }
+
+  std::string schema_;
+  std::unique_ptr<pqxx::connection> conn_;
+};
+
+TEST_F(Fencing, AClaimNeedsTheLockRowToShowTheClaimersEpoch) {
+  EXPECT_TRUE(claim("old", 2).empty()) << "claimed with an epoch the lock row does not show";
+  EXPECT_TRUE(claim("someone", 1).empty()) << "claimed as a node that does not hold the lock";
+  EXPECT_EQ(claim("old", 1).size(), 3u);
+}
+
+TEST_F(Fencing, ADeposedLeadersOutcomesAreRefusedAfterTheRescue) {
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  lead("new", 2);
+  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 3u);
+  // The old leader finishes late: completion, retry and dead-lettering are all fenced.
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {{jobs[0].job.id, 1, 0.1}},
+                                   {{jobs[1].job.id, 1, "late", false, "", 10},
+                                    {jobs[2].job.id, 1, "late", true, "exhausted", 0}}),
+            0u);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available'"), 3);
+  // The new epoch claims and completes them.
+  auto again = claim("new", 2);
+  ASSERT_EQ(again.size(), 3u);
+  std::vector<detail::Completion> done;
+  for (const auto& j : again)
+    done.push_back({j.job.id, 2, 0.1});
+  EXPECT_EQ(detail::apply_outcomes(*conn_, done, {}), 3u);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE epoch = 2 AND attempts = 2"), 3);
+}
+
+TEST_F(Fencing, AFencedTransactionalCommitRollsBackTheHandlersWrites) {
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("CREATE TABLE effects (job_id bigint)");
+  }
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  lead("new", 2);
+  detail::rescue_older_epochs(*conn_, 2);
+  auto again = claim("new", 2);
+  ASSERT_EQ(again.size(), 3u);
+
+  auto handler_conn = detail::connect({.url = database_url(), .schema = schema_});
+  {
+    pqxx::work tx(*handler_conn);
+    tx.exec_params("INSERT INTO effects VALUES ($1)", jobs[0].job.id);
+    EXPECT_FALSE(detail::complete_in(tx, {jobs[0].job.id, 1, 0.1})) << "epoch 1 is deposed";
+    tx.abort();
+  }
+  {
+    pqxx::work tx(*handler_conn);
+    tx.exec_params("INSERT INTO effects VALUES ($1)", jobs[0].job.id);
+    EXPECT_TRUE(detail::complete_in(tx, {jobs[0].job.id, 2, 0.1}));
+    tx.commit();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM effects"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), 1);
+}
+
+TEST_F(Fencing, TheRescueSkipsRowsLockedByAnUnfinishedCommit) {
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  // The old leader is inside its completion transaction, holding the row lock.
+  auto stale = detail::connect({.url = database_url(), .schema = schema_});
+  pqxx::work stale_tx(*stale);
+  ASSERT_TRUE(detail::complete_in(stale_tx, {jobs[0].job.id, 1, 0.1}));
+  lead("new", 2);
+  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 2u) << "must not wait on the locked row";
+  stale_tx.commit();  // it committed first, so it counts: the job ran once
+  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 0u);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 2);
+}
+
+}  // namespace
