@@ -60,8 +60,9 @@ TEST(Election, AFrozenLeaderIsReplacedAndNeverCommitsTwice) {
   create_effects(cluster);
   const auto frozen = cluster.wait_leader(20s);
   ASSERT_NE(frozen, "") << cluster.logs();
-  constexpr int kJobs = 40;
-  enqueue(cluster, "record_tx", R"({"ms": 400, "ignore_cancel": true})", kJobs);
+  // Long handlers, so that all four are surely inside their transactions when it freezes.
+  constexpr int kJobs = 8;
+  enqueue(cluster, "record_tx", R"({"ms": 1500, "ignore_cancel": true})", kJobs);
   // Freeze it while its four handlers sit inside their transactions, effects written, uncommitted.
   ASSERT_TRUE(wait_for(
       [&] {
