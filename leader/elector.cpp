@@ -38,7 +38,8 @@ RETURNING epoch, (SELECT client_id FROM previous)
 constexpr const char* kEndDeposedSql = R"sql(
 SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))
   FROM pg_catalog.pg_stat_activity
- WHERE application_name = $1 AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()
+ WHERE application_name = $1 AND datname = current_database()
+   AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()
 )sql";
 
 constexpr const char* kRenewSql = R"sql(
@@ -68,12 +69,13 @@ SELECT l.client_id, l.holder_pid, l.epoch
         AND p.objid = (hashtextextended($2 || '/' || $1, 0) & 4294967295)::oid)
 )sql";
 
-// Ends every backend of the stale node (its application_name is its node id), not only its
+// Ends every backend of the stale node (application_name "<node id>@<schema>"), not only its
 // election session, so that its open transactions end too.
 constexpr const char* kEvictSql = R"sql(
 SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))
   FROM pg_catalog.pg_stat_activity
- WHERE (application_name = $1 OR pid = $2) AND pid <> pg_backend_pid()
+ WHERE ((application_name = $1 AND datname = current_database()) OR pid = $2)
+   AND pid <> pg_backend_pid()
 )sql";
 
 constexpr const char* kNodeRowSql = R"sql(
@@ -371,7 +373,10 @@ void Elector::maybe_evict(pqxx::connection& conn) {
   const std::string holder = stale[0][0].c_str();
   const int pid = stale[0][1].is_null() ? 0 : stale[0][1].as<int>();
   const auto epoch = stale[0][2].as<std::int64_t>();
-  auto ended = tx.exec_params(kEvictSql, holder, pid)[0][0].as<std::int64_t>();
+  auto ended =
+      tx.exec_params(kEvictSql, detail::node_application_name(holder, config_.connect.schema),
+                     pid)[0][0]
+          .as<std::int64_t>();
   spdlog::error(
       "EVICTING stale leader: node={} epoch={} backend_pid={}: its lease expired but it still "
       "holds the lock (frozen or cut off); terminated {} of its backends",
@@ -381,7 +386,9 @@ void Elector::maybe_evict(pqxx::connection& conn) {
 
 void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string& previous) {
   pqxx::nontransaction tx(conn);
-  const auto ended = tx.exec_params(kEndDeposedSql, previous)[0][0].as<std::int64_t>();
+  const auto ended = tx.exec_params(kEndDeposedSql, detail::node_application_name(
+                                                        previous, config_.connect.schema))[0][0]
+                         .as<std::int64_t>();
   if (ended > 0) {
     spdlog::warn(
         "ended {} open transaction(s) of the deposed leader {} so that its work can be "

@@ -45,8 +45,9 @@ struct Node::Impl {
   std::string metrics_address;  // written before metrics_ready
 
   detail::ConnectOptions connect_options() const {
-    return {
-        .url = config.database_url, .schema = config.schema, .application_name = config.node_id};
+    return {.url = config.database_url,
+            .schema = config.schema,
+            .application_name = detail::node_application_name(config.node_id, config.schema)};
   }
 
   bool wait_stop(Millis timeout) {

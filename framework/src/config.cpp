@@ -99,9 +99,17 @@ void NodeConfig::validate() {
   }
   describe_database_url(database_url);
   detail::validate_schema_name(schema);
-  if (node_id.empty()) node_id = host_name() + ":" + std::to_string(getpid());
-  if (node_id.size() > 63)
-    fail("node-id", "must be at most 63 characters (it is application_name)");
+  // Sessions are named "<node id>@<schema>", and PostgreSQL keeps 63 bytes of a name.
+  const std::size_t room = 63 - 1 - schema.size();
+  if (node_id.empty()) {
+    const std::string pid = ":" + std::to_string(getpid());
+    node_id = host_name().substr(0, room > pid.size() ? room - pid.size() : 0) + pid;
+  }
+  if (node_id.size() > room) {
+    fail("node-id", "'" + node_id +
+                        "' is too long: node-id and schema together must fit in 62 characters "
+                        "(sessions are named <node-id>@<schema>); shorten either");
+  }
   for (char c : node_id) {
     if (c < 0x21 || c > 0x7e) fail("node-id", "must be printable ASCII without spaces");
   }

@@ -67,7 +67,8 @@ TEST(Election, AFrozenLeaderIsReplacedAndNeverCommitsTwice) {
   ASSERT_TRUE(wait_for(
       [&] {
         return cluster.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
-                             frozen + "' AND state = 'idle in transaction'") == 4;
+                             frozen + "@" + cluster.schema() +
+                             "' AND state = 'idle in transaction'") == 4;
       },
       20s, 1ms))
       << cluster.logs();

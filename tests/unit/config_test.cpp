@@ -98,6 +98,17 @@ TEST(Config, RefusesNonPositiveDurationsAndBadNumbers) {
             std::string::npos);
 }
 
+TEST(Config, NodeIdAndSchemaMustFitInOneSessionName) {
+  NodeConfig c = valid();
+  c.schema = std::string(40, 's');
+  c.node_id = std::string(23, 'n');  // 23 + 1 + 40 = 64: one too many
+  EXPECT_NE(error_of(c).find("62 characters"), std::string::npos);
+  c.node_id = std::string(22, 'n');
+  EXPECT_EQ(error_of(c), "");
+  c.node_id.clear();  // the default host:pid is cut to fit
+  EXPECT_EQ(error_of(c), "");
+}
+
 TEST(Config, RefusesUnparsableDatabaseUrl) {
   NodeConfig c = valid();
   c.database_url = "host=localhost port";

@@ -40,6 +40,13 @@ inline std::string leader_channel(std::string_view schema) {
   return std::string(schema) + "_leader";
 }
 
+// The application_name of every session of a node: "<node id>@<schema>". It is how a node's
+// backends are found for eviction, and the schema keeps two deployments that share a server
+// (and perhaps node names) apart.
+inline std::string node_application_name(std::string_view node_id, std::string_view schema) {
+  return std::string(node_id) + "@" + std::string(schema);
+}
+
 // True for errors that mean the connection is gone (as opposed to a bad statement).
 bool is_connection_error(const std::exception& e);
 
