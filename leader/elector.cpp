@@ -14,9 +14,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The advisory key is derived on the server from region and lock_key.
-constexpr const char* kTryLockSql =
-    "SELECT pg_try_advisory_lock(hashtextextended($1 || '/' || $2, 0))";
+// The advisory key is derived on the server from the schema (advisory locks are database-wide,
+// and two deployments may share a database in different schemas), region and lock_key.
+#define BATON_LOCK_KEY(region, lock_key) \
+  "hashtextextended(current_schema() || '/' || " region " || '/' || " lock_key ", 0)"
+constexpr const char* kTryLockSql = "SELECT pg_try_advisory_lock(" BATON_LOCK_KEY("$1", "$2") ")";
 
 // Returns the new epoch and the previous holder (NULL on the very first grant).
 constexpr const char* kGrantSql = R"sql(
@@ -53,20 +55,19 @@ UPDATE locks SET expires_at = clock_timestamp()
  WHERE lock_key = $1 AND region = $2 AND client_id = $3 AND epoch = $4
 )sql";
 
-constexpr const char* kUnlockSql =
-    "SELECT pg_advisory_unlock(hashtextextended($1 || '/' || $2, 0))";
+constexpr const char* kUnlockSql = "SELECT pg_advisory_unlock(" BATON_LOCK_KEY("$1", "$2") ")";
 
 // A holder is stale when its lease expired on the database clock while its backend still holds
 // the advisory lock (a frozen process, or a half-open connection the server has not noticed).
 constexpr const char* kStaleHolderSql = R"sql(
 SELECT l.client_id, l.holder_pid, l.epoch
-  FROM locks l
+  FROM locks l, (SELECT )sql" BATON_LOCK_KEY("$2", "$1") R"sql( AS key) k
  WHERE l.lock_key = $1 AND l.region = $2 AND l.expires_at < clock_timestamp()
    AND EXISTS (
      SELECT 1 FROM pg_catalog.pg_locks p
       WHERE p.locktype = 'advisory' AND p.granted AND p.pid = l.holder_pid AND p.objsubid = 1
-        AND p.classid = ((hashtextextended($2 || '/' || $1, 0) >> 32) & 4294967295)::oid
-        AND p.objid = (hashtextextended($2 || '/' || $1, 0) & 4294967295)::oid)
+        AND p.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+        AND p.classid = ((k.key >> 32) & 4294967295)::oid AND p.objid = (k.key & 4294967295)::oid)
 )sql";
 
 // Ends every backend of the stale node (application_name "<node id>@<schema>"), not only its
@@ -432,5 +433,7 @@ void Elector::touch_node_row(pqxx::connection& conn, bool force) {
   tx.exec_params(kNodeRowSql, config_.node_id, config_.host, static_cast<int>(getpid()),
                  config_.version, e != 0 ? "leader" : "follower", e, config_.metrics_addr);
 }
+
+#undef BATON_LOCK_KEY
 
 }  // namespace baton::leader

@@ -4,6 +4,7 @@
 
 #include <csignal>
 
+#include "baton/detail/db.h"
 #include "support/cluster.h"
 
 namespace {
@@ -151,6 +152,51 @@ TEST(Election, StepDownHandsLeadershipToAnotherNode) {
   ASSERT_TRUE(
       wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 20; }, 20s));
   EXPECT_EQ(cluster.count("SELECT count(*) FROM job_history WHERE node <> '" + second + "'"), 0);
+}
+
+TEST(Election, AStaleHolderThatStillHoldsTheLockIsEvicted) {
+  const std::string schema = unique_schema("evict");
+  Cluster cluster(schema, 0);
+  // A ghost leader: a live session that holds the advisory lock, whose lease ran out long ago
+  // and that will never renew (as a frozen process behind a half-open connection would).
+  auto ghost = baton::detail::connect(
+      {.url = database_url(), .schema = schema, .application_name = "ghost@" + schema});
+  {
+    pqxx::nontransaction tx(*ghost);
+    tx.exec(
+        "SELECT pg_advisory_lock(hashtextextended(current_schema() || "
+        "'/default/baton-leader', 0))");
+    tx.exec(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, renewed_at, expires_at, "
+        "holder_pid) VALUES ('baton-leader', 'default', 'ghost', 7, now() - interval '10s', "
+        "now() - interval '5s', pg_backend_pid())");
+  }
+  cluster.start("n1");
+  ASSERT_EQ(cluster.wait_leader(20s), "n1") << cluster.logs();
+  EXPECT_EQ(cluster.epoch(), 8) << "the epoch continues from the evicted holder's";
+  EXPECT_NE(cluster.process("n1").log().find("EVICTING stale leader: node=ghost epoch=7"),
+            std::string::npos)
+      << cluster.logs();
+  EXPECT_THROW(pqxx::nontransaction(*ghost).exec("SELECT 1"), std::exception)
+      << "the ghost's session should have been terminated";
+  ASSERT_TRUE(wait_for([&] { return !cluster.metrics_addr("n1").empty(); }, 10s));
+  std::string page;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        page = http_get(cluster.metrics_addr("n1"), "/metrics");
+        return metric_sum(page, "baton_evictions_total") == 1;
+      },
+      10s))
+      << page;
+}
+
+TEST(Election, DeploymentsInTwoSchemasOfOneDatabaseEachHaveALeader) {
+  // Advisory locks are database-wide: the key must include the schema, or one deployment's
+  // leader would keep the other's nodes waiting forever.
+  Cluster a(unique_schema("tenant_a"), 1);
+  Cluster b(unique_schema("tenant_b"), 1);
+  EXPECT_EQ(a.wait_leader(20s), "n1") << a.logs();
+  EXPECT_EQ(b.wait_leader(20s), "n1") << b.logs();
 }
 
 TEST(Election, BadSettingsAreRefusedAtStartup) {

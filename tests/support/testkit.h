@@ -1,0 +1,63 @@
+// Helpers shared by tests and benchmarks, free of GoogleTest: waiting for a state with a deadline,
+// real child processes, a plain HTTP GET, shell commands, and Prometheus text sums.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace baton::test {
+
+using namespace std::chrono_literals;
+
+// Polls `done` until it holds or `timeout` passes. Returns whether it held; the caller asserts
+// with a message naming what it waited for.
+bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds timeout,
+              std::chrono::milliseconds every = 20ms);
+
+// A child process with its output in a log file. The destructor kills (SIGKILL) and reaps it.
+// Throws std::runtime_error when it cannot start.
+class Process {
+ public:
+  Process(std::vector<std::string> argv, const std::string& log_path,
+          const std::map<std::string, std::string>& env = {});
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig);
+  // Waits for the process to exit; returns its exit code (128 + signal when killed), or -1 when
+  // it did not exit within the timeout.
+  int wait(std::chrono::milliseconds timeout);
+  bool running();
+  std::string log() const;
+  const std::string& log_path() const { return log_path_; }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  bool reaped_ = false;
+  std::string log_path_;
+};
+
+// GET http://host:port/path; returns the body, or "" on any failure.
+std::string http_get(const std::string& host_port, const std::string& path);
+
+// Runs a shell command; returns its exit code and fills `output` with stdout and stderr.
+int run_command(const std::string& command, std::string* output);
+
+// Sum of every sample of `name` (exact metric name, any labels) in a Prometheus text page.
+double metric_sum(const std::string& page, const std::string& name);
+
+// Path to a built binary, from the BATON_BIN_DIR compile definition.
+std::string binary(const std::string& name);
+
+// A temporary directory for this test's logs.
+std::string temp_dir(const std::string& what);
+
+}  // namespace baton::test
