@@ -9,7 +9,9 @@ Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handler
                    detail::JobObserver* observer, std::function<bool(std::int64_t)> still_leading)
     : completer_(config.poller.connect, observer),
       executor_(config.executor, handlers, completer_, observer, [this] { poller_.wake(); }),
-      poller_(config.poller, executor_, observer, std::move(still_leading)) {}
+      poller_(config.poller, executor_, observer, std::move(still_leading)),
+      rescuer_(make_rescuer(config.poller.connect, config.rescuer)),
+      pruner_(make_pruner(config.poller.connect, config.pruner)) {}
 
 Consumer::~Consumer() {
   shutdown(Millis(0));
@@ -22,13 +24,17 @@ void Consumer::start() {
 void Consumer::granted(std::int64_t epoch) {
   std::lock_guard lock(mutex_);
   executor_.cancel(false);
+  rescuer_->start(epoch);
   poller_.start(epoch);
+  pruner_->start(epoch);
   spdlog::info("consuming: epoch={}", epoch);
 }
 
 void Consumer::revoked(std::int64_t epoch) {
   std::lock_guard lock(mutex_);
   poller_.stop();
+  rescuer_->stop();
+  pruner_->stop();
   executor_.cancel(true);
   spdlog::info("stopped consuming: epoch={}", epoch);
 }
@@ -45,6 +51,8 @@ bool Consumer::drain(Millis grace) {
 void Consumer::shutdown(Millis flush_deadline) {
   std::lock_guard lock(mutex_);
   poller_.stop();
+  rescuer_->stop();
+  pruner_->stop();
   executor_.cancel(true);
   completer_.stop(flush_deadline);
 }

@@ -1,5 +1,6 @@
-// Consumer: the worker as the Node sees it. Grant starts claiming; revoke stops claiming before it
-// returns and raises cancellation for running handlers; drain() lets in-flight jobs finish and
+// Consumer: the worker as the Node sees it. Grant starts claiming and the leader-only maintenance
+// (rescuer, pruner); revoke stops them before it returns and raises cancellation for running
+// handlers; drain() lets in-flight jobs finish and
 // their outcomes reach the database.
 //
 // Thread-safety: granted()/revoked() come from the elector's event thread, drain()/shutdown()
@@ -12,12 +13,16 @@
 #include "worker/completer.h"
 #include "worker/executor.h"
 #include "worker/poller.h"
+#include "worker/pruner.h"
+#include "worker/rescuer.h"
 
 namespace baton::worker {
 
 struct ConsumerConfig {
   PollerConfig poller;
   ExecutorConfig executor;
+  RescuerConfig rescuer;
+  PrunerConfig pruner;
 };
 
 class Consumer {
@@ -40,6 +45,8 @@ class Consumer {
   Completer completer_;
   Executor executor_;
   Poller poller_;
+  std::unique_ptr<PeriodicService> rescuer_;
+  std::unique_ptr<PeriodicService> pruner_;
 };
 
 }  // namespace baton::worker

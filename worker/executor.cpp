@@ -30,11 +30,25 @@ Executor::~Executor() {
   if (pool_) pool_->join();
 }
 
+int Executor::busy_in(const std::string& queue) const {
+  std::lock_guard lock(queue_mutex_);
+  auto it = queue_busy_.find(queue);
+  return it == queue_busy_.end() ? 0 : it->second;
+}
+
 void Executor::submit(detail::ClaimedJob job) {
   const int busy = busy_.fetch_add(1) + 1;
+  {
+    std::lock_guard lock(queue_mutex_);
+    ++queue_busy_[job.job.queue];
+  }
   if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads);
   boost::asio::post(*pool_, [this, job = std::move(job)] {
     run(job);
+    {
+      std::lock_guard lock(queue_mutex_);
+      if (--queue_busy_[job.job.queue] == 0) queue_busy_.erase(job.job.queue);
+    }
     const int now_busy = busy_.fetch_sub(1) - 1;
     if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads);
     if (now_busy == 0) {
@@ -64,7 +78,7 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
     if (Clock::now() > ctx.deadline()) throw std::runtime_error("timeout: ran past its limit");
     run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const Job& job = ctx.job();
-    if (!detail::complete_in(tx, {job.id, job.epoch, run_seconds})) {
+    if (!detail::complete_in(tx, {job.id, job.epoch, run_seconds, job.attempt})) {
       tx.abort();
       spdlog::warn(
           "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
@@ -127,7 +141,7 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   if (error.empty()) {
-    completer_.add(detail::Completion{job.id, job.epoch, run_seconds});
+    completer_.add(detail::Completion{job.id, job.epoch, run_seconds, job.attempt});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds);
     }
@@ -135,7 +149,7 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   }
   const bool exhausted = job.attempt >= job.max_attempts;
   if (dead_reason.empty() && exhausted) dead_reason = "exhausted";
-  detail::Failure f{job.id, job.epoch, error, !dead_reason.empty(), dead_reason, 0};
+  detail::Failure f{job.id, job.epoch, job.attempt, error, !dead_reason.empty(), dead_reason, 0};
   if (!f.dead) f.retry_delay_ms = config_.retry.delay(job.attempt, tl_rng).count();
   spdlog::warn(
       "job failed: job={} queue={} type={} epoch={} attempt={}/{} {}: {}", job.id, job.queue,

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <unordered_map>
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -41,6 +42,8 @@ class Executor {
 
   int threads() const { return config_.threads; }
   int free_slots() const { return config_.threads - busy_.load(); }
+  // Jobs of `queue` running now.
+  int busy_in(const std::string& queue) const;
   // Starts the job on a pool thread. The caller made sure a slot is free.
   void submit(detail::ClaimedJob job);
   // Raises the cancellation flag that handlers see through JobContext::cancelled().
@@ -63,6 +66,8 @@ class Executor {
   const std::function<void()> on_slot_free_;
 
   std::atomic<int> busy_{0};
+  mutable std::mutex queue_mutex_;  // guards queue_busy_
+  std::unordered_map<std::string, int> queue_busy_;
   std::atomic<bool> cancelled_{false};
   std::mutex idle_mutex_;
   std::condition_variable idle_cv_;

@@ -60,11 +60,41 @@ void Poller::wait(Millis timeout) {
   [[maybe_unused]] auto n = read(wake_fd_, &drained, sizeof drained);
 }
 
+bool Poller::claim_round(std::int64_t epoch) {
+  bool more = false;  // some claim came back full: more jobs may be waiting
+  auto claim = [&](int want, const std::vector<std::string>& queues,
+                   const std::vector<std::string>& except) {
+    if (want <= 0 || !still_leading_(epoch)) return;
+    auto jobs =
+        detail::claim_jobs(*conn_, config_.lock, config_.node_id, epoch, want, queues, except);
+    more = more || jobs.size() == static_cast<std::size_t>(want);
+    for (auto& j : jobs) {
+      if (observer_ != nullptr) observer_->job_started(j.job.queue, j.job.type, j.wait_seconds);
+      executor_.submit(std::move(j));
+    }
+  };
+  // Queues with a concurrency limit first, each claimed up to its own free slots; then the rest.
+  std::vector<std::string> limited;
+  for (const auto& [queue, limit] : config_.queue_limits) {
+    if (!config_.queues.empty() &&
+        std::find(config_.queues.begin(), config_.queues.end(), queue) == config_.queues.end()) {
+      continue;
+    }
+    limited.push_back(queue);
+    claim(std::min({executor_.free_slots(), limit - executor_.busy_in(queue), config_.batch_size}),
+          {queue}, {});
+  }
+  std::vector<std::string> rest;
+  for (const auto& q : config_.queues) {
+    if (config_.queue_limits.count(q) == 0) rest.push_back(q);
+  }
+  if (config_.queues.empty() || !rest.empty()) {
+    claim(std::min(executor_.free_slots(), config_.batch_size), rest, limited);
+  }
+  return more && executor_.free_slots() > 0;
+}
+
 void Poller::loop(std::int64_t epoch) {
-  // Rescue at grant, then every few seconds: rows a deposed leader still had locked are skipped
-  // by a pass and taken by a later one.
-  constexpr auto kRescueEvery = std::chrono::seconds(2);
-  auto next_rescue = std::chrono::steady_clock::now();
   bool reported = false;
   Millis backoff{50};
   while (!stopping_.load()) {
@@ -74,33 +104,12 @@ void Poller::loop(std::int64_t epoch) {
         receiver_ =
             std::make_unique<WakeReceiver>(*conn_, detail::jobs_channel(config_.connect.schema));
       }
-      if (std::chrono::steady_clock::now() >= next_rescue && still_leading_(epoch)) {
-        const auto n = detail::rescue_older_epochs(*conn_, epoch);
-        if (n > 0) spdlog::warn("rescued {} running jobs of older epochs (epoch={})", n, epoch);
-        next_rescue = std::chrono::steady_clock::now() + kRescueEvery;
-      }
-      const int want = std::min(executor_.free_slots(), config_.batch_size);
-      std::size_t got = 0;
-      if (want > 0 && still_leading_(epoch)) {
-        auto jobs =
-            detail::claim_jobs(*conn_, config_.lock, config_.node_id, epoch, want, config_.queues);
-        got = jobs.size();
-        for (auto& j : jobs) {
-          if (observer_ != nullptr) observer_->job_started(j.job.queue, j.job.type, j.wait_seconds);
-          executor_.submit(std::move(j));
-        }
-      }
+      const bool more = claim_round(epoch);
       if (reported) spdlog::info("poller: database reachable again");
       reported = false;
       backoff = Millis(50);
-      // A full claim means more may be waiting: go again at once if a slot is free.
-      if (want > 0 && got == static_cast<std::size_t>(want) && executor_.free_slots() > 0) {
-        continue;
-      }
-      wait(std::min<Millis>(
-          config_.poll_interval,
-          std::chrono::duration_cast<Millis>(next_rescue - std::chrono::steady_clock::now()) +
-              Millis(1)));
+      if (more) continue;
+      wait(config_.poll_interval);
       conn_->get_notifs();
     } catch (const std::exception& e) {
       receiver_.reset();

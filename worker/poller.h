@@ -1,13 +1,14 @@
 // Poller: while this node leads at an epoch, claims min(free slots, batch size) due jobs per
 // statement and hands them to the executor, so no claimed job waits for a thread. It sleeps until
-// a NOTIFY from an enqueue, a freed slot, or the poll interval. At start it rescues running jobs
-// of older epochs (their leader is gone).
+// a NOTIFY from an enqueue, a freed slot, or the poll interval. Queues with a concurrency limit
+// never have more jobs running than their limit; paused queues are skipped by the claim itself.
 //
 // Thread-safety: start()/stop() from one owner thread; wake() from any thread.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,7 +26,8 @@ struct PollerConfig {
   detail::ConnectOptions connect;
   std::string node_id;
   detail::LockName lock;
-  std::vector<std::string> queues;  // empty: all
+  std::vector<std::string> queues;          // empty: all
+  std::map<std::string, int> queue_limits;  // most jobs of a queue running at once
   int batch_size = 100;
   Millis poll_interval{1000};
 };
@@ -46,6 +48,8 @@ class Poller {
 
  private:
   void loop(std::int64_t epoch);
+  // One round of claims; true when a claim came back full and a slot is still free.
+  bool claim_round(std::int64_t epoch);
   void wait(Millis timeout);
 
   const PollerConfig config_;

@@ -34,8 +34,11 @@ void print(const pqxx::result& rows, bool json) {
     for (const auto& r : rows) {
       nlohmann::json o;
       for (const auto& f : r) {
+        constexpr pqxx::oid kBool = 16;
         if (f.is_null()) {
           o[f.name()] = nullptr;
+        } else if (f.type() == kBool) {
+          o[f.name()] = std::string_view(f.c_str()) == "t";
         } else {
           // Numbers and JSON come back as JSON; the rest as strings.
           auto parsed = nlohmann::json::parse(f.c_str(), nullptr, false);
@@ -108,6 +111,20 @@ SELECT node_id, host, pid, role, epoch, version,
  ORDER BY node_id
 )sql";
 
+constexpr const char* kQueueStateSql = R"sql(
+INSERT INTO queue_state (queue, paused, updated_by) VALUES ($1, $2, 'batonctl')
+ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = now(),
+                                  updated_by = excluded.updated_by
+)sql";
+
+constexpr const char* kQueueListSql = R"sql(
+SELECT q.queue, coalesce(s.paused, false) AS paused,
+       (SELECT count(*) FROM jobs j WHERE j.queue = q.queue) AS jobs
+  FROM (SELECT queue FROM jobs UNION SELECT queue FROM queue_state) q
+  LEFT JOIN queue_state s USING (queue)
+ ORDER BY q.queue
+)sql";
+
 constexpr const char* kDeadListSql = R"sql(
 SELECT id, queue, type, attempts, reason, to_char(died_at, 'YYYY-MM-DD"T"HH24:MI:SS') AS died_at,
        left(last_error, 120) AS last_error
@@ -150,6 +167,15 @@ int main(int argc, char** argv) {
   leader->add_flag("--step-down", step_down,
                    "ask the leader to drain and step down (a follower takes over)");
   auto* nodes = app.add_subcommand("nodes", "nodes seen in the last hour, live or dead");
+  auto* queue = app.add_subcommand("queue", "pause, resume or list queues");
+  queue->require_subcommand(1);
+  std::string queue_name;
+  auto* queue_pause = queue->add_subcommand("pause", "the leader stops claiming NAME's jobs");
+  queue_pause->add_option("name", queue_name, "queue")->required();
+  auto* queue_resume = queue->add_subcommand("resume", "the leader claims NAME's jobs again");
+  queue_resume->add_option("name", queue_name, "queue")->required();
+  auto* queue_list = queue->add_subcommand("list", "queues with jobs, and whether paused");
+
   auto* dead = app.add_subcommand("dead", "dead-lettered jobs");
   dead->require_subcommand(1);
   auto* dead_list = dead->add_subcommand("list", "list dead jobs, newest first");
@@ -218,6 +244,21 @@ int main(int argc, char** argv) {
         }
       }
       if (nodes->parsed()) print(tx.exec(kNodesSql), c.json);
+      if (queue_pause->parsed() || queue_resume->parsed()) {
+        baton::validate_name("queue", queue_name);
+        const bool pause = queue_pause->parsed();
+        tx.exec_params(kQueueStateSql, queue_name, pause);
+        // Wakes the leader's poller, so a resumed queue's jobs start at once.
+        tx.exec_params("SELECT pg_notify($1, $2)", baton::detail::jobs_channel(c.schema),
+                       queue_name);
+        if (c.json) {
+          std::cout << nlohmann::json{{"queue", queue_name}, {"paused", pause}} << "\n";
+        } else {
+          std::cout << "queue " << queue_name << (pause ? " paused" : " resumed")
+                    << (pause ? ": the leader claims none of its jobs until resumed\n" : "\n");
+        }
+      }
+      if (queue_list->parsed()) print(tx.exec(kQueueListSql), c.json);
       if (dead_list->parsed()) print(tx.exec_params(kDeadListSql, dead_queue, limit), c.json);
       tx.commit();
     }

@@ -1,12 +1,19 @@
-// batond: a baton node with the built-in handlers (noop, sleep, fail) and the examples' handlers
-// (send_email). Users normally build their own node; this one serves demos, drills and benches.
+// batond: a baton node with the built-in handlers (noop, sleep, fail, record_tx) and the
+// examples' handlers (send_email). Users normally build their own node; this one serves demos,
+// drills and benchmarks.
+//
+// Every setting comes from, in this order of precedence: a flag (--threads 4), the environment
+// (BATON_THREADS=4; DATABASE_URL too for the database), a TOML file (--config batond.toml with
+// `threads = 4`), the default. Each source goes through the same parser, so a bad value gets the
+// same message wherever it came from, naming the setting and the source.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <toml++/toml.h>
 
 #include <baton/baton.h>
 
@@ -15,67 +22,234 @@
 
 namespace {
 
-std::string env_or(const char* name, std::string fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+using baton::ConfigError;
+
+struct Setting {
+  std::string name;  // flag --name, TOML key `name`, environment BATON_NAME (- becomes _)
+  std::string help;
+  std::function<void(const std::string&)> apply;  // parses and stores; throws ConfigError
+  std::function<std::string()> show;              // the effective value, as TOML
+};
+
+std::string env_name(const std::string& name) {
+  std::string e = "BATON_";
+  for (char c : name)
+    e += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return e;
+}
+
+int parse_int(const std::string& name, const std::string& text) {
+  std::size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    throw ConfigError(name + ": '" + text + "' is not a whole number");
+  }
+  return value;
+}
+
+bool parse_bool(const std::string& name, const std::string& text) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  throw ConfigError(name + ": '" + text + "' is not true or false");
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string ms_text(baton::Millis d) {
+  const auto ms = d.count();
+  if (ms != 0 && ms % 3'600'000 == 0) return "\"" + std::to_string(ms / 3'600'000) + "h\"";
+  if (ms != 0 && ms % 60'000 == 0) return "\"" + std::to_string(ms / 60'000) + "m\"";
+  if (ms != 0 && ms % 1000 == 0) return "\"" + std::to_string(ms / 1000) + "s\"";
+  return "\"" + std::to_string(ms) + "ms\"";
+}
+
+// A TOML value as the text a flag would carry.
+std::string toml_text(const std::string& key, const toml::node& node) {
+  if (auto s = node.value<std::string>()) return *s;
+  if (auto i = node.value<std::int64_t>()) return std::to_string(*i);
+  if (auto b = node.value<bool>()) return *b ? "true" : "false";
+  std::string out;
+  if (const auto* arr = node.as_array()) {
+    for (const auto& item : *arr) {
+      out += (out.empty() ? "" : ",") + toml_text(key, item);
+    }
+    return out;
+  }
+  if (const auto* table = node.as_table()) {
+    for (const auto& [k, v] : *table) {
+      out += (out.empty() ? "" : ",") + std::string(k.str()) + "=" + toml_text(key, v);
+    }
+    return out;
+  }
+  throw ConfigError(key + ": unsupported TOML value type");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   baton::NodeConfig c;
-  CLI::App app{"batond: a node of a baton cluster. Every node runs the same binary; one leads."};
-  app.option_defaults()->always_capture_default();
-  c.database_url = env_or("DATABASE_URL", "");
-  std::string queues, log_level = "info", outbox;
-  std::string poll = "1s", ttl = "2s", renew = "200ms", retry = "100ms", grace = "10s",
-              retry_base = "1s", retry_cap = "1h";
-  bool no_migrate = false;
-  app.add_option("--database-url", c.database_url,
-                 "libpq connection string (URI or key=value); default: $DATABASE_URL");
-  app.add_option("--schema", c.schema, "schema holding baton's tables");
-  app.add_option("--node-id", c.node_id, "this node's name (default host:pid)");
-  app.add_option("--threads", c.threads, "handler threads");
-  app.add_option("--queues", queues, "comma-separated queues to consume (default: all)");
-  app.add_option("--metrics-listen", c.metrics_listen,
-                 "host:port for /metrics (port 0: any free port), or off");
-  app.add_flag("--no-migrate", no_migrate, "do not apply migrations at start (require current)");
-  app.add_option("--batch-size", c.batch_size, "most jobs one claim takes");
-  app.add_option("--poll-interval", poll, "poll when no NOTIFY arrives (e.g. 1s)");
-  app.add_option("--lock-key", c.lock_key, "lock row key");
-  app.add_option("--region", c.region, "lock row region");
-  app.add_option("--lock-ttl", ttl, "leadership lease length");
-  app.add_option("--renew-interval", renew, "lease renewal interval (at most lock-ttl / 3)");
-  app.add_option("--retry-interval", retry, "how often a follower tries to lead");
-  app.add_option("--shutdown-grace", grace, "how long SIGTERM waits for running jobs");
-  app.add_option("--retry-base", retry_base, "first retry delay of a failed job");
-  app.add_option("--retry-cap", retry_cap, "longest retry delay");
-  app.add_option("--outbox", outbox, "directory where send_email writes messages (default: log)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  std::string outbox, log_level = "info", log_format = "text";
+
+  auto duration = [](const std::string& name, baton::Millis& field) {
+    return Setting{name, "",
+                   [&field, name](const std::string& v) { field = baton::parse_duration(v, name); },
+                   [&field] { return ms_text(field); }};
+  };
+  auto text = [](const std::string& name, std::string& field) {
+    return Setting{name, "", [&field](const std::string& v) { field = v; },
+                   [&field] { return "\"" + field + "\""; }};
+  };
+  auto number = [](const std::string& name, int& field) {
+    return Setting{name, "", [&field, name](const std::string& v) { field = parse_int(name, v); },
+                   [&field] { return std::to_string(field); }};
+  };
+  std::vector<std::pair<Setting, std::string>> table{
+      {{"database-url", "", [&](const std::string& v) { c.database_url = v; },
+        [&] { return "\"" + baton::redact_database_url(c.database_url) + "\""; }},
+       "libpq connection string, URI or key=value (also $DATABASE_URL)"},
+      {text("schema", c.schema), "schema holding baton's tables"},
+      {text("node-id", c.node_id), "this node's name (default host:pid)"},
+      {number("threads", c.threads), "handler threads"},
+      {{"queues", "", [&](const std::string& v) { c.queues = split(v); },
+        [&] {
+          std::string out;
+          for (const auto& q : c.queues)
+            out += (out.empty() ? "\"" : ",\"") + q + "\"";
+          return "[" + out + "]";
+        }},
+       "comma-separated queues to consume (default: all)"},
+      {{"queue-concurrency", "",
+        [&](const std::string& v) {
+          c.queue_concurrency.clear();
+          for (const auto& item : split(v)) {
+            const auto eq = item.find('=');
+            if (eq == std::string::npos) {
+              throw ConfigError("queue-concurrency: '" + item + "' is not queue=N (e.g. emails=4)");
+            }
+            c.queue_concurrency[item.substr(0, eq)] =
+                parse_int("queue-concurrency", item.substr(eq + 1));
+          }
+        },
+        [&] {
+          std::string out;
+          for (const auto& [q, n] : c.queue_concurrency) {
+            out += (out.empty() ? "" : ", ") + q + " = " + std::to_string(n);
+          }
+          return "{ " + out + " }";
+        }},
+       "per-queue limits of jobs running at once: queue=N,queue=N"},
+      {text("metrics-listen", c.metrics_listen), "host:port for /metrics (port 0: any), or off"},
+      {{"migrate", "", [&](const std::string& v) { c.migrate = parse_bool("migrate", v); },
+        [&] { return std::string(c.migrate ? "true" : "false"); }},
+       "apply pending migrations at start (true/false)"},
+      {number("batch-size", c.batch_size), "most jobs one claim takes"},
+      {duration("poll-interval", c.poll_interval), "poll when no NOTIFY arrives"},
+      {text("lock-key", c.lock_key), "lock row key"},
+      {text("region", c.region), "lock row region"},
+      {duration("lock-ttl", c.lock_ttl), "leadership lease length"},
+      {duration("renew-interval", c.renew_interval), "lease renewal interval (<= lock-ttl / 3)"},
+      {duration("retry-interval", c.retry_interval), "how often a follower tries to lead"},
+      {duration("shutdown-grace", c.shutdown_grace), "how long SIGTERM waits for running jobs"},
+      {duration("retry-base", c.retry_base), "first retry delay of a failed job"},
+      {duration("retry-cap", c.retry_cap), "longest retry delay"},
+      {duration("history-retention", c.history_retention), "how long job_history keeps rows"},
+      {text("outbox", outbox), "directory where send_email writes messages (default: log)"},
+      {text("log-level", log_level), "trace, debug, info, warn or error"},
+      {text("log-format", log_format), "text or json (one object per line)"},
+  };
+
+  CLI::App app{
+      "batond: a node of a baton cluster. Every node runs the same binary; one leads.\n"
+      "Settings: flag > BATON_<NAME> environment > --config TOML file > default."};
+  std::map<std::string, std::string> flags;
+  std::string config_file;
+  bool print_config = false, no_migrate = false;
+  app.add_option("--config", config_file, "TOML file of settings (keys are the flag names)");
+  app.add_flag("--print-config", print_config,
+               "print the effective settings (password hidden) and exit");
+  app.add_flag("--no-migrate", no_migrate, "same as --migrate false");
+  for (auto& [s, help] : table) {
+    const std::string shown = s.show();
+    app.add_option("--" + s.name, flags[s.name],
+                   help + " [" + env_name(s.name) + "; default " + shown + "]");
+  }
   CLI11_PARSE(app, argc, argv);
 
   try {
-    c.migrate = !no_migrate;
-    c.poll_interval = baton::parse_duration(poll, "poll-interval");
-    c.lock_ttl = baton::parse_duration(ttl, "lock-ttl");
-    c.renew_interval = baton::parse_duration(renew, "renew-interval");
-    c.retry_interval = baton::parse_duration(retry, "retry-interval");
-    c.shutdown_grace = baton::parse_duration(grace, "shutdown-grace");
-    c.retry_base = baton::parse_duration(retry_base, "retry-base");
-    c.retry_cap = baton::parse_duration(retry_cap, "retry-cap");
-    std::stringstream list(queues);
-    for (std::string q; std::getline(list, q, ',');) {
-      if (!q.empty()) c.queues.push_back(q);
+    toml::table file;
+    if (!config_file.empty()) {
+      try {
+        file = toml::parse_file(config_file);
+      } catch (const toml::parse_error& e) {
+        std::ostringstream where;
+        where << e.source().begin;
+        throw ConfigError("config: " + config_file + " is not valid TOML (" +
+                          std::string(e.description()) + " at " + where.str() + ")");
+      }
+      for (const auto& [key, value] : file) {
+        bool known = false;
+        for (const auto& entry : table)
+          known = known || entry.first.name == key.str();
+        if (!known) {
+          throw ConfigError("config: " + config_file + " has an unknown setting '" +
+                            std::string(key.str()) + "'; the keys are the flag names of --help");
+        }
+      }
+    }
+    if (no_migrate) flags["migrate"] = "false";
+    for (auto& [s, help] : table) {
+      std::string value, source;
+      const char* env = std::getenv(env_name(s.name).c_str());
+      if (!flags[s.name].empty()) {
+        value = flags[s.name];
+        source = "--" + s.name;
+      } else if (env != nullptr && *env != '\0') {
+        value = env;
+        source = env_name(s.name);
+      } else if (s.name == "database-url" && std::getenv("DATABASE_URL") != nullptr) {
+        value = std::getenv("DATABASE_URL");
+        source = "DATABASE_URL";
+      } else if (const auto* node = file.get(s.name)) {
+        value = toml_text(s.name, *node);
+        source = config_file;
+      } else {
+        continue;
+      }
+      try {
+        s.apply(value);
+      } catch (const ConfigError& e) {
+        throw ConfigError(std::string(e.what()) + " (from " + source + ")");
+      }
+    }
+    if (log_format != "text" && log_format != "json") {
+      throw ConfigError("log-format: '" + log_format + "' is not text or json");
     }
     baton::Node node(c);  // validates; fills node_id
-    spdlog::set_default_logger(spdlog::stderr_color_mt("batond"));
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ [" + node.config().node_id + "] %v");
-    spdlog::set_level(spdlog::level::from_str(log_level));
+    c = node.config();
+    if (print_config) {
+      for (auto& [s, help] : table)
+        std::cout << s.name << " = " << s.show() << "\n";
+      return 0;
+    }
+    baton::configure_logging(node.config().node_id,
+                             log_format == "json" ? baton::LogFormat::json : baton::LogFormat::text,
+                             log_level);
     builtin::register_handlers(node);
     email::register_handlers(node, outbox);
     node.run();
-  } catch (const baton::ConfigError& e) {
+  } catch (const ConfigError& e) {
     std::cerr << "batond: bad setting: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {

@@ -175,12 +175,14 @@ void Node::run() {
                .node_id = c.node_id,
                .lock = {c.lock_key, c.region},
                .queues = c.queues,
+               .queue_limits = c.queue_concurrency,
                .batch_size = c.batch_size,
                .poll_interval = c.poll_interval};
   wc.executor = {.connect = s.connect_options(),
                  .threads = c.threads,
                  .node_id = c.node_id,
                  .retry = {.base = c.retry_base, .cap = c.retry_cap}};
+  wc.pruner.retention = c.history_retention;
   // The elector is created below; the gate reads it through the Impl.
   s.consumer =
       std::make_unique<worker::Consumer>(wc, s.registry, s.metrics.get(), [&s](std::int64_t epoch) {

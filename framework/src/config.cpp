@@ -93,6 +93,49 @@ std::string describe_database_url(const std::string& url) {
   return out.empty() ? "(libpq defaults)" : out;
 }
 
+std::string redact_database_url(const std::string& url) {
+  constexpr const char* kHidden = "********";
+  std::string out = url;
+  const bool uri = out.rfind("postgresql://", 0) == 0 || out.rfind("postgres://", 0) == 0;
+  if (uri) {
+    // postgresql://user:password@host/db?password=...
+    const auto start = out.find("://") + 3;
+    const auto end = out.find_first_of("/?", start);
+    const auto authority =
+        out.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const auto at = authority.rfind('@');
+    if (at != std::string::npos) {
+      const auto colon = authority.find(':');
+      if (colon != std::string::npos && colon < at) {
+        out.replace(start + colon + 1, at - colon - 1, kHidden);
+      }
+    }
+    for (std::size_t p = out.find("password=", 0); p != std::string::npos;
+         p = out.find("password=", p + 1)) {
+      const auto value = p + 9;
+      const auto stop = out.find('&', value);
+      out.replace(value, stop == std::string::npos ? std::string::npos : stop - value, kHidden);
+    }
+    return out;
+  }
+  // key=value form: rebuild it from libpq's own parse, with the password hidden.
+  char* err = nullptr;
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> opts(
+      PQconninfoParse(url.c_str(), &err), &PQconninfoFree);
+  if (!opts) {
+    PQfreemem(err);
+    return "(unparsable connection string)";
+  }
+  out.clear();
+  for (auto* o = opts.get(); o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    if (!out.empty()) out += ' ';
+    out += std::string(o->keyword) + "=" +
+           (std::string_view(o->keyword) == "password" ? kHidden : o->val);
+  }
+  return out;
+}
+
 void NodeConfig::validate() {
   if (database_url.empty()) {
     fail("database-url", "is required; pass --database-url or set DATABASE_URL");
@@ -136,7 +179,19 @@ void NodeConfig::validate() {
                "' is not host:port (e.g. 127.0.0.1:9464, port 0 for any), or off");
     }
   }
+  for (const auto& [queue, limit] : queue_concurrency) {
+    try {
+      validate_name("queue", queue);
+    } catch (const EnqueueError& e) {
+      fail("queue-concurrency", e.what());
+    }
+    if (limit < 1 || limit > threads) {
+      fail("queue-concurrency", "limit of queue '" + queue + "' is " + std::to_string(limit) +
+                                    "; use 1..threads (" + std::to_string(threads) + ")");
+    }
+  }
   require_positive("poll-interval", poll_interval);
+  require_positive("history-retention", history_retention);
   require_positive("lock-ttl", lock_ttl);
   require_positive("renew-interval", renew_interval);
   require_positive("retry-interval", retry_interval);

@@ -16,6 +16,8 @@ UPDATE jobs j
   FROM (SELECT id FROM jobs
          WHERE state = 'available' AND run_at <= now()
            AND (cardinality($5::text[]) = 0 OR queue = ANY ($5::text[]))
+           AND NOT (queue = ANY ($7::text[]))
+           AND NOT EXISTS (SELECT 1 FROM queue_state s WHERE s.queue = jobs.queue AND s.paused)
            AND EXISTS (SELECT 1 FROM locks
                         WHERE lock_key = $3 AND region = $4 AND client_id = $1 AND epoch = $2)
          ORDER BY priority, run_at, id
@@ -32,11 +34,52 @@ UPDATE jobs SET state = 'available', claimed_by = NULL, claimed_at = NULL
                  FOR UPDATE SKIP LOCKED)
 )sql";
 
+// Running jobs whose handler produced no outcome within its timeout plus a grace (a hung
+// handler): another attempt if they have one left, else dead.
+constexpr const char* kTimedOutRetrySql = R"sql(
+UPDATE jobs
+   SET state = 'available', run_at = now(), claimed_by = NULL, claimed_at = NULL,
+       last_error = 'timeout: no outcome within ' || timeout_ms || 'ms',
+       errors = errors || jsonb_build_array(jsonb_build_object(
+                  'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
+                  'error', 'timeout: no outcome within ' || timeout_ms || 'ms'))
+ WHERE id IN (SELECT id FROM jobs
+               WHERE state = 'running' AND timeout_ms IS NOT NULL AND attempts < max_attempts
+                 AND claimed_at < now() - (timeout_ms + $1) * interval '1 millisecond'
+                 FOR UPDATE SKIP LOCKED)
+)sql";
+
+constexpr const char* kTimedOutDeadSql = R"sql(
+WITH d AS (
+  DELETE FROM jobs
+   WHERE id IN (SELECT id FROM jobs
+                 WHERE state = 'running' AND timeout_ms IS NOT NULL AND attempts >= max_attempts
+                   AND claimed_at < now() - (timeout_ms + $1) * interval '1 millisecond'
+                   FOR UPDATE SKIP LOCKED)
+  RETURNING *)
+INSERT INTO dead_jobs (id, queue, partition_key, type, payload, priority, attempts, max_attempts,
+                       created_at, first_started_at, died_at, node, epoch, reason, last_error,
+                       errors)
+SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts, created_at,
+       first_started_at, now(), claimed_by, claimed_epoch, 'timeout',
+       'timeout: no outcome within ' || timeout_ms || 'ms', errors
+  FROM d
+)sql";
+
+// Deletes one batch of history rows older than the retention; small batches keep locks short.
+constexpr const char* kPruneSql = R"sql(
+DELETE FROM job_history
+ WHERE id IN (SELECT id FROM job_history
+               WHERE finished_at < now() - $1::bigint * interval '1 millisecond' LIMIT $2)
+)sql";
+
 constexpr const char* kCompleteSql = R"sql(
 WITH done AS (
   DELETE FROM jobs j
-   USING unnest($1::bigint[], $2::bigint[], $3::float8[]) AS c(id, epoch, run_seconds)
+   USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::int[])
+         AS c(id, epoch, run_seconds, attempt)
    WHERE j.id = c.id AND j.state = 'running' AND j.claimed_epoch = c.epoch
+     AND j.attempts = c.attempt
   RETURNING j.*, c.run_seconds)
 INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts, created_at,
                          run_at, first_started_at, started_at, finished_at, run_seconds, node,
@@ -54,12 +97,13 @@ UPDATE jobs
                   'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
                   'error', $4::text)),
        claimed_by = NULL, claimed_at = NULL
- WHERE id = $1 AND state = 'running' AND claimed_epoch = $2
+ WHERE id = $1 AND state = 'running' AND claimed_epoch = $2 AND attempts = $5
 )sql";
 
 constexpr const char* kDeadSql = R"sql(
 WITH d AS (
-  DELETE FROM jobs WHERE id = $1 AND state = 'running' AND claimed_epoch = $2 RETURNING *)
+  DELETE FROM jobs WHERE id = $1 AND state = 'running' AND claimed_epoch = $2 AND attempts = $5
+  RETURNING *)
 INSERT INTO dead_jobs (id, queue, partition_key, type, payload, priority, attempts, max_attempts,
                        created_at, first_started_at, died_at, node, epoch, reason, last_error,
                        errors)
@@ -85,10 +129,11 @@ std::string text_array(const std::vector<std::string>& values) {
 
 std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
                                    const std::string& node_id, std::int64_t epoch, int limit,
-                                   const std::vector<std::string>& queues) {
+                                   const std::vector<std::string>& queues,
+                                   const std::vector<std::string>& except) {
   pqxx::work tx(conn);
   auto rows = tx.exec_params(kClaimSql, node_id, epoch, lock.lock_key, lock.region,
-                             text_array(queues), limit);
+                             text_array(queues), limit, text_array(except));
   tx.commit();
   std::vector<ClaimedJob> out;
   out.reserve(rows.size());
@@ -115,9 +160,24 @@ std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch) {
   return r.affected_rows();
 }
 
+std::size_t rescue_timed_out(pqxx::connection& conn, std::int64_t grace_ms) {
+  pqxx::work tx(conn);
+  std::size_t n = tx.exec_params(kTimedOutRetrySql, grace_ms).affected_rows();
+  n += tx.exec_params(kTimedOutDeadSql, grace_ms).affected_rows();
+  tx.commit();
+  return n;
+}
+
+std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch) {
+  pqxx::work tx(conn);
+  const auto n = tx.exec_params(kPruneSql, retention_ms, batch).affected_rows();
+  tx.commit();
+  return n;
+}
+
 bool complete_in(pqxx::work& tx, const Completion& done) {
   return tx.exec_params(kCompleteSql, int_array({done.id}), int_array({done.epoch}),
-                        double_array({done.run_seconds}))
+                        double_array({done.run_seconds}), int_array({done.attempt}))
              .affected_rows() == 1;
 }
 
@@ -126,25 +186,30 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
   pqxx::work tx(conn);
   std::size_t applied = 0;
   if (!done.empty()) {
-    std::vector<std::int64_t> ids, epochs;
+    std::vector<std::int64_t> ids, epochs, attempts;
     std::vector<double> run;
     ids.reserve(done.size());
     epochs.reserve(done.size());
+    attempts.reserve(done.size());
     run.reserve(done.size());
     for (const auto& d : done) {
       ids.push_back(d.id);
       epochs.push_back(d.epoch);
+      attempts.push_back(d.attempt);
       run.push_back(d.run_seconds);
     }
-    applied += tx.exec_params(kCompleteSql, int_array(ids), int_array(epochs), double_array(run))
+    applied += tx.exec_params(kCompleteSql, int_array(ids), int_array(epochs), double_array(run),
+                              int_array(attempts))
                    .affected_rows();
   }
   for (const auto& f : failed) {
     const std::string error = clean_text(f.error, 4000);
     if (f.dead) {
-      applied += tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error).affected_rows();
+      applied +=
+          tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error, f.attempt).affected_rows();
     } else {
-      applied += tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error).affected_rows();
+      applied += tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error, f.attempt)
+                     .affected_rows();
     }
   }
   tx.commit();

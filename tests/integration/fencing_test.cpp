@@ -55,9 +55,9 @@ TEST_F(Fencing, ADeposedLeadersOutcomesAreRefusedAfterTheRescue) {
   lead("new", 2);
   EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 3u);
   // The old leader finishes late: completion, retry and dead-lettering are all fenced.
-  EXPECT_EQ(detail::apply_outcomes(*conn_, {{jobs[0].job.id, 1, 0.1}},
-                                   {{jobs[1].job.id, 1, "late", false, "", 10},
-                                    {jobs[2].job.id, 1, "late", true, "exhausted", 0}}),
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {{jobs[0].job.id, 1, 0.1, 1}},
+                                   {{jobs[1].job.id, 1, 1, "late", false, "", 10},
+                                    {jobs[2].job.id, 1, 1, "late", true, "exhausted", 0}}),
             0u);
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), 0);
   EXPECT_EQ(count("SELECT count(*) FROM dead_jobs"), 0);
@@ -67,7 +67,7 @@ TEST_F(Fencing, ADeposedLeadersOutcomesAreRefusedAfterTheRescue) {
   ASSERT_EQ(again.size(), 3u);
   std::vector<detail::Completion> done;
   for (const auto& j : again)
-    done.push_back({j.job.id, 2, 0.1});
+    done.push_back({j.job.id, 2, 0.1, 2});
   EXPECT_EQ(detail::apply_outcomes(*conn_, done, {}), 3u);
   EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE epoch = 2 AND attempts = 2"), 3);
 }
@@ -88,13 +88,13 @@ TEST_F(Fencing, AFencedTransactionalCommitRollsBackTheHandlersWrites) {
   {
     pqxx::work tx(*handler_conn);
     tx.exec_params("INSERT INTO effects VALUES ($1)", jobs[0].job.id);
-    EXPECT_FALSE(detail::complete_in(tx, {jobs[0].job.id, 1, 0.1})) << "epoch 1 is deposed";
+    EXPECT_FALSE(detail::complete_in(tx, {jobs[0].job.id, 1, 0.1, 1})) << "epoch 1 is deposed";
     tx.abort();
   }
   {
     pqxx::work tx(*handler_conn);
     tx.exec_params("INSERT INTO effects VALUES ($1)", jobs[0].job.id);
-    EXPECT_TRUE(detail::complete_in(tx, {jobs[0].job.id, 2, 0.1}));
+    EXPECT_TRUE(detail::complete_in(tx, {jobs[0].job.id, 2, 0.1, 2}));
     tx.commit();
   }
   EXPECT_EQ(count("SELECT count(*) FROM effects"), 1);
@@ -107,7 +107,7 @@ TEST_F(Fencing, TheRescueSkipsRowsLockedByAnUnfinishedCommit) {
   // The old leader is inside its completion transaction, holding the row lock.
   auto stale = detail::connect({.url = database_url(), .schema = schema_});
   pqxx::work stale_tx(*stale);
-  ASSERT_TRUE(detail::complete_in(stale_tx, {jobs[0].job.id, 1, 0.1}));
+  ASSERT_TRUE(detail::complete_in(stale_tx, {jobs[0].job.id, 1, 0.1, 1}));
   lead("new", 2);
   EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 2u) << "must not wait on the locked row";
   stale_tx.commit();  // it committed first, so it counts: the job ran once

@@ -6,4 +6,5 @@
 #include "baton/events.h"
 #include "baton/handler.h"
 #include "baton/job.h"
+#include "baton/logging.h"
 #include "baton/node.h"

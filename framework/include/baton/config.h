@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,6 +30,9 @@ struct NodeConfig {
   int threads = 8;
   // Queues this node consumes; empty means every queue.
   std::vector<std::string> queues;
+  // Most jobs of a queue running at once on the leader, e.g. {{"emails", 4}}; others share
+  // the pool freely.
+  std::map<std::string, int> queue_concurrency;
   // host:port of /metrics, e.g. 127.0.0.1:9464 (port 0 picks a free one); "off" disables it.
   std::string metrics_listen = "127.0.0.1:9464";
   // Apply pending migrations at start (under an advisory lock; a no-op when current).
@@ -46,6 +50,9 @@ struct NodeConfig {
   Millis retry_interval{100};    // how often a follower tries to take the lock
   Millis shutdown_grace{10000};  // how long SIGTERM waits for in-flight jobs
 
+  // Finished jobs stay in job_history this long; the leader prunes older rows in small batches.
+  Millis history_retention{7LL * 24 * 3600 * 1000};
+
   // Retries: delay = min(retry_cap, retry_base * 2^(attempt-1)), with jitter in [50 %, 100 %].
   Millis retry_base{1000};
   Millis retry_cap{3600 * 1000};
@@ -60,6 +67,9 @@ struct NodeConfig {
 // Parses "250ms", "2s", "1.5s", "3m", "1h" (a bare number is refused: units are required).
 // Throws ConfigError mentioning `setting` when the text is not such a duration.
 Millis parse_duration(std::string_view text, std::string_view setting);
+
+// The connection string as given, with any password replaced by ********.
+std::string redact_database_url(const std::string& url);
 
 // The connection string without its password, for logs: "host=... port=... dbname=... user=...".
 // Throws ConfigError when libpq cannot parse it.

@@ -24,23 +24,36 @@ struct LockName {
   std::string region;
 };
 
-// Claims up to `limit` available, due jobs of `queues` (all when empty) for (node, epoch).
+// Claims up to `limit` available, due jobs of `queues` (all when empty) but not of `except`,
+// nor of paused queues, for (node, epoch).
 std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
                                    const std::string& node_id, std::int64_t epoch, int limit,
-                                   const std::vector<std::string>& queues);
+                                   const std::vector<std::string>& queues,
+                                   const std::vector<std::string>& except = {});
 
 // Moves running jobs of epochs older than `epoch` back to available. Returns how many. Rows
 // locked by a deposed leader's unfinished commit are skipped (the next pass takes them).
 std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch);
 
+// Running jobs with a timeout that produced no outcome within timeout + grace: retried, or dead
+// when no attempt is left. Returns how many.
+std::size_t rescue_timed_out(pqxx::connection& conn, std::int64_t grace_ms);
+
+// Deletes up to `batch` history rows finished longer than `retention_ms` ago. Returns how many.
+std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch);
+
+// Outcomes are fenced on (epoch, attempt): a late outcome of an attempt that was rescued and
+// claimed again, even by the same leader, matches no row.
 struct Completion {
   std::int64_t id;
   std::int64_t epoch;
   double run_seconds;
+  int attempt;
 };
 struct Failure {
   std::int64_t id;
   std::int64_t epoch;
+  int attempt;
   std::string error;
   bool dead;           // true: move to dead_jobs now
   std::string reason;  // for dead: exhausted, unknown_type, bad_payload, discarded

@@ -1,0 +1,151 @@
+// batond as operators run it: pausing queues, signals, layered settings, JSON logs.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/cluster.h"
+
+namespace {
+
+using namespace baton::test;
+
+std::string ctl(const Cluster& cluster, const std::string& args, int* rc = nullptr) {
+  std::string out;
+  const int code = run_command(binary("batonctl") + " --database-url '" + database_url() +
+                                   "' --schema " + cluster.schema() + " " + args,
+                               &out);
+  if (rc != nullptr) *rc = code;
+  return out;
+}
+
+TEST(Runtime, APausedQueueKeepsItsJobsUntilResumed) {
+  Cluster cluster(unique_schema("pause"), 1);
+  ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
+  int rc = 0;
+  const auto out = ctl(cluster, "queue pause mail", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("queue mail paused"), std::string::npos) << out;
+  ctl(cluster, "enqueue --type noop --queue mail --count 5");
+  ctl(cluster, "enqueue --type noop --queue other --count 5");
+  // The other queue's jobs, enqueued after, finish: the leader has claimed since the pause.
+  ASSERT_TRUE(
+      wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 5; }, 20s));
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM jobs WHERE queue = 'mail' AND state = 'available'"),
+            5);
+  EXPECT_NE(ctl(cluster, "--json queue list").find("\"paused\": true"), std::string::npos);
+  ASSERT_EQ((ctl(cluster, "queue resume mail", &rc), rc), 0);
+  ASSERT_TRUE(
+      wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 10; }, 20s))
+      << cluster.logs();
+  ctl(cluster, "queue pause 'bad name'", &rc);
+  EXPECT_EQ(rc, 2) << "a bad queue name is a usage error";
+}
+
+TEST(Runtime, ASecondSigtermExitsAtOnceAndTheNextLeaderRescuesTheJobs) {
+  Cluster cluster(unique_schema("sigterm2"), 2);
+  const auto first = cluster.wait_leader(20s);
+  ASSERT_NE(first, "") << cluster.logs();
+  ctl(cluster,
+      "enqueue --type sleep --payload '{\"ms\": 1500, \"ignore_cancel\": true}' --count 4");
+  ASSERT_TRUE(wait_for(
+      [&] { return cluster.count("SELECT count(*) FROM jobs WHERE state = 'running'") == 4; },
+      20s));
+  cluster.process(first).signal(SIGTERM);
+  ASSERT_TRUE(wait_for(
+      [&] { return cluster.process(first).log().find("draining") != std::string::npos; }, 10s));
+  cluster.process(first).signal(SIGTERM);
+  EXPECT_EQ(cluster.process(first).wait(1s), 1) << "the second signal must exit at once";
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 4; }, 30s))
+      << cluster.logs();
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM job_history WHERE node = '" + first + "'"), 0)
+      << "the abandoned jobs ran again on the next leader";
+}
+
+TEST(Runtime, SettingsComeFromFlagsThenEnvironmentThenFileThenDefaults) {
+  const std::string dir = temp_dir("settings");
+  std::ofstream(dir + "/batond.toml") << "threads = 3\nbatch-size = 7\nlock-ttl = \"3s\"\n"
+                                         "queues = [\"a\", \"b\"]\nregion = \"from-file\"\n";
+  std::string out;
+  const std::string cmd =
+      "env DATABASE_URL='postgresql://ada:s3cret@db:5432/app' BATON_THREADS=5 "
+      "BATON_REGION=from-env " +
+      binary("batond") + " --config " + dir +
+      "/batond.toml --region from-flag "
+      "--print-config";
+  ASSERT_EQ(run_command(cmd, &out), 0) << out;
+  EXPECT_NE(out.find("region = \"from-flag\""), std::string::npos) << out;  // flag beats all
+  EXPECT_NE(out.find("threads = 5"), std::string::npos) << out;             // env beats file
+  EXPECT_NE(out.find("batch-size = 7"), std::string::npos) << out;          // file beats default
+  EXPECT_NE(out.find("lock-ttl = \"3s\""), std::string::npos) << out;
+  EXPECT_NE(out.find("queues = [\"a\",\"b\"]"), std::string::npos) << out;
+  EXPECT_NE(out.find("renew-interval = \"200ms\""), std::string::npos) << out;  // default
+  EXPECT_EQ(out.find("s3cret"), std::string::npos) << "the password leaked: " << out;
+  EXPECT_NE(out.find("ada:********@db"), std::string::npos) << out;
+}
+
+TEST(Runtime, EveryBadSettingNamesTheSettingAndItsSource) {
+  const std::string dir = temp_dir("bad_settings");
+  std::ofstream(dir + "/bad.toml") << "lock-ttl = \"soon\"\n";
+  std::ofstream(dir + "/unknown.toml") << "thread = 4\n";
+  std::ofstream(dir + "/broken.toml") << "threads = \n";
+  struct Case {
+    std::string env, flags, expect;
+  };
+  const std::vector<Case> cases{
+      {"BATON_THREADS=lots", "", "threads: 'lots' is not a whole number (from BATON_THREADS)"},
+      {"", "--config " + dir + "/bad.toml", "lock-ttl: 'soon' is not a duration"},
+      {"", "--config " + dir + "/bad.toml", "(from " + dir + "/bad.toml)"},
+      {"", "--config " + dir + "/unknown.toml", "unknown setting 'thread'"},
+      {"", "--config " + dir + "/broken.toml", "is not valid TOML"},
+      {"", "--config " + dir + "/missing.toml", "missing.toml"},
+      {"", "--queue-concurrency mail", "queue-concurrency: 'mail' is not queue=N"},
+      {"", "--queue-concurrency mail=99 --threads 4", "use 1..threads"},
+      {"", "--log-format xml", "log-format: 'xml' is not text or json"},
+      {"", "--migrate maybe", "migrate: 'maybe' is not true or false"},
+      {"", "--history-retention 0s", "history-retention"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    const int rc = run_command("env DATABASE_URL=postgresql://x@127.0.0.1:1/x " + c.env + " " +
+                                   binary("batond") + " " + c.flags + " --print-config",
+                               &out);
+    EXPECT_EQ(rc, 2) << c.env << " " << c.flags << ": " << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.env << " " << c.flags << ": " << out;
+  }
+}
+
+TEST(Runtime, JsonLogLinesParseAndJobLinesCarryTheJobFields) {
+  Cluster cluster(unique_schema("jsonlog"), 1, {"--log-format", "json"});
+  ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
+  ctl(cluster,
+      "enqueue --type fail --queue q1 --max-attempts 1 --payload '{\"message\": \"a \\\"quoted\\\" "
+      "error\"}'");
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM dead_jobs") == 1; }, 20s));
+  cluster.process("n1").signal(SIGTERM);
+  ASSERT_EQ(cluster.process("n1").wait(20s), 0);
+  std::istringstream log(cluster.process("n1").log());
+  int lines = 0;
+  bool job_line = false;
+  for (std::string line; std::getline(log, line);) {
+    ++lines;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    EXPECT_TRUE(j.contains("ts") && j.contains("level") && j.contains("msg")) << line;
+    EXPECT_EQ(j.value("node", ""), "n1") << line;
+    if (j.contains("job")) {
+      job_line = true;
+      EXPECT_TRUE(j["job"].is_number()) << line;
+      EXPECT_EQ(j.value("queue", ""), "q1") << line;
+      EXPECT_EQ(j.value("type", ""), "fail") << line;
+      EXPECT_TRUE(j.contains("epoch")) << line;
+    }
+  }
+  EXPECT_GT(lines, 3);
+  EXPECT_TRUE(job_line) << "no log line about the job";
+}
+
+}  // namespace

@@ -1,0 +1,154 @@
+// The worker runtime with a node in this process and a real PostgreSQL: claims sized to free
+// threads, per-queue limits, revoke reaching running handlers, hung jobs, history pruning.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "baton/detail/db.h"
+#include "baton/detail/migrations.h"
+#include "support/node_runner.h"
+#include "support/support.h"
+
+namespace {
+
+using namespace baton::test;
+using baton::Client;
+using baton::EnqueueOptions;
+using baton::JobContext;
+using baton::Node;
+
+class Worker : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
+    baton::detail::migrate(*conn, schema_);
+    db_ = connect(schema_);
+  }
+  long long count(const std::string& sql) { return query_int(*db_, sql); }
+
+  std::string schema_;
+  std::unique_ptr<pqxx::connection> db_;
+};
+
+TEST_F(Worker, ClaimedJobsStartAtOnceBecauseClaimsFitTheFreeThreads) {
+  // If the poller claimed more than the pool could start, the extra jobs would sit claimed for a
+  // whole job duration (300 ms) before a thread took them. Each handler records when it started;
+  // the database recorded when the job was claimed (same host, same clock).
+  std::mutex m;
+  std::map<std::int64_t, std::chrono::system_clock::time_point> started;
+  auto config = test_config(schema_, "solo");
+  config.threads = 2;
+  config.batch_size = 100;
+  RunningNode n(config, [&](Node& node) {
+    node.handle("nap", [&](JobContext& ctx) {
+      {
+        std::lock_guard lock(m);
+        started[ctx.job().id] = std::chrono::system_clock::now();
+      }
+      std::this_thread::sleep_for(300ms);
+    });
+  });
+  Client(database_url(), schema_).enqueue_copies("nap", {}, 8);
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 8; }, 30s));
+  pqxx::nontransaction tx(*db_);
+  for (const auto& row :
+       tx.exec("SELECT id, extract(epoch FROM started_at)::float8 FROM job_history")) {
+    const auto claimed = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::duration<double>(row[1].as<double>())));
+    std::lock_guard lock(m);
+    const auto waited = started.at(row[0].as<std::int64_t>()) - claimed;
+    EXPECT_LT(waited, 150ms) << "job " << row[0].c_str() << " waited "
+                             << std::chrono::duration<double, std::milli>(waited).count()
+                             << " ms between its claim and its start";
+  }
+}
+
+TEST_F(Worker, AQueueNeverRunsMoreThanItsConcurrencyLimit) {
+  std::atomic<int> slow{0}, fast{0}, most_slow{0}, most_fast{0};
+  auto config = test_config(schema_, "solo");
+  config.threads = 4;
+  config.queue_concurrency = {{"slow", 1}};
+  RunningNode n(config, [&](Node& node) {
+    node.handle("nap", [&](JobContext& ctx) {
+      const bool is_slow = ctx.job().queue == "slow";
+      auto& here = is_slow ? slow : fast;
+      auto& most = is_slow ? most_slow : most_fast;
+      const int now = ++here;
+      for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+      }
+      std::this_thread::sleep_for(100ms);
+      --here;
+    });
+  });
+  Client client(database_url(), schema_);
+  client.enqueue_copies("nap", {}, 6, EnqueueOptions{.queue = "slow"});
+  client.enqueue_copies("nap", {}, 12, EnqueueOptions{.queue = "fast"});
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 18; }, 30s));
+  EXPECT_EQ(most_slow.load(), 1);
+  EXPECT_GE(most_fast.load(), 3) << "the other queues use the rest of the pool";
+}
+
+TEST_F(Worker, RevokeCancelsRunningHandlers) {
+  std::atomic<int> saw_cancel{0};
+  auto config = test_config(schema_, "solo");
+  config.threads = 2;
+  RunningNode n(config, [&](Node& node) {
+    node.handle("wait_for_cancel", [&](JobContext& ctx) {
+      const auto until = std::chrono::steady_clock::now() + 20s;
+      while (!ctx.cancelled() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(5ms);
+      }
+      if (ctx.cancelled()) ++saw_cancel;
+      throw std::runtime_error("cancelled");
+    });
+  });
+  Client(database_url(), schema_).enqueue_copies("wait_for_cancel", {}, 6);
+  ASSERT_TRUE(wait_for(
+      [&] { return count("SELECT count(*) FROM jobs WHERE state = 'running'") == 2; }, 20s));
+  // Cut the election session: the node loses leadership (and, alone, wins it back later).
+  count("SELECT count(*) FILTER (WHERE pg_terminate_backend(holder_pid)) FROM locks");
+  ASSERT_TRUE(wait_for([&] { return saw_cancel.load() >= 2; }, 10s))
+      << "running handlers were not cancelled on revoke";
+}
+
+TEST_F(Worker, AHungJobIsRescuedAfterItsTimeoutAndDiesWhenOutOfAttempts) {
+  auto config = test_config(schema_, "solo");
+  RunningNode n(config, [](Node&) {});
+  // A job claimed long ago by this epoch with a 1 ms timeout: its handler never answered.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, attempts, max_attempts, timeout_ms, "
+        "claimed_at, claimed_epoch, claimed_by) VALUES "
+        "('q', 'hung', 'running', 1, 3, 1, now() - interval '1 hour', 999999, 'x'), "
+        "('q', 'hung', 'running', 3, 3, 1, now() - interval '1 hour', 999999, 'x')");
+  }
+  // One had no attempt left: dead with reason timeout. The other was retried; with no handler
+  // on this node its retry dies as unknown_type, carrying the timeout in its error history.
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM dead_jobs") == 2; }, 20s));
+  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE reason = 'unknown_type' AND errors::text "
+                  "LIKE '%timeout: no outcome%'"),
+            1);
+}
+
+TEST_F(Worker, ThePrunerDeletesOnlyHistoryOlderThanTheRetention) {
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO job_history (id, queue, type, payload, priority, attempts, created_at, "
+        "run_at, finished_at, outcome) SELECT i, 'q', 't', '{}', 0, 1, now(), now(), "
+        "now() - (CASE WHEN i <= 2500 THEN interval '2 hours' ELSE interval '10 minutes' END), "
+        "'completed' FROM generate_series(1, 3000) i");
+  }
+  auto config = test_config(schema_, "solo");
+  config.history_retention = std::chrono::hours(1);
+  RunningNode n(config, [](Node&) {});
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 500; }, 20s))
+      << count("SELECT count(*) FROM job_history") << " rows left";
+  EXPECT_EQ(count("SELECT min(id) FROM job_history"), 2501);
+}
+
+}  // namespace
