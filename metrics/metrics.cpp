@@ -89,7 +89,21 @@ Metrics::Metrics(const std::string& node_id)
                      .Name("baton_pool_busy_threads")
                      .Help("Handler threads running a job now.")
                      .Register(*registry_)
-                     .Add({})) {
+                     .Add({})),
+      depth_(BuildGauge()
+                 .Name("baton_queue_depth")
+                 .Help("Jobs in the live queue by state (available: due now; scheduled: run_at "
+                       "in the future; running). Exact counts sampled by the leader only.")
+                 .Register(*registry_)),
+      oldest_(BuildGauge()
+                  .Name("baton_queue_oldest_available_seconds")
+                  .Help("Age of the oldest due, unclaimed job per queue (0 when none). Sampled "
+                        "by the leader only.")
+                  .Register(*registry_)),
+      dead_jobs_(BuildGauge()
+                     .Name("baton_dead_jobs")
+                     .Help("Rows in dead_jobs per queue. Sampled by the leader only.")
+                     .Register(*registry_)) {
   BuildGauge()
       .Name("baton_node_info")
       .Help("Constant 1, labelled with this node's id.")
@@ -153,6 +167,41 @@ void Metrics::job_finished(std::string_view queue, std::string_view type, detail
       s.dead->Increment();
       break;
   }
+}
+
+void Metrics::queue_depths(const std::vector<detail::QueueDepth>& depths) {
+  std::lock_guard lock(mutex_);
+  std::set<std::string> now;
+  for (const auto& d : depths) {
+    now.insert(d.queue);
+    depth_.Add({{"queue", d.queue}, {"state", "available"}}).Set(static_cast<double>(d.available));
+    depth_.Add({{"queue", d.queue}, {"state", "scheduled"}}).Set(static_cast<double>(d.scheduled));
+    depth_.Add({{"queue", d.queue}, {"state", "running"}}).Set(static_cast<double>(d.running));
+    oldest_.Add({{"queue", d.queue}}).Set(d.oldest_available_seconds);
+    dead_jobs_.Add({{"queue", d.queue}}).Set(static_cast<double>(d.dead));
+  }
+  // A queue with no jobs left reads 0 rather than its last value.
+  for (const auto& q : sampled_queues_) {
+    if (now.count(q) != 0) continue;
+    for (const char* state : {"available", "scheduled", "running"}) {
+      depth_.Add({{"queue", q}, {"state", state}}).Set(0);
+    }
+    oldest_.Add({{"queue", q}}).Set(0);
+    dead_jobs_.Add({{"queue", q}}).Set(0);
+  }
+  sampled_queues_.insert(now.begin(), now.end());
+}
+
+void Metrics::queue_depths_cleared() {
+  std::lock_guard lock(mutex_);
+  for (const auto& q : sampled_queues_) {
+    for (const char* state : {"available", "scheduled", "running"}) {
+      depth_.Remove(&depth_.Add({{"queue", q}, {"state", state}}));
+    }
+    oldest_.Remove(&oldest_.Add({{"queue", q}}));
+    dead_jobs_.Remove(&dead_jobs_.Add({{"queue", q}}));
+  }
+  sampled_queues_.clear();
 }
 
 void Metrics::jobs_fenced(std::size_t count) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -20,7 +21,9 @@
 
 namespace baton::metrics {
 
-class Metrics final : public detail::JobObserver, public detail::LeaderObserver {
+class Metrics final : public detail::JobObserver,
+                      public detail::LeaderObserver,
+                      public detail::QueueObserver {
  public:
   explicit Metrics(const std::string& node_id);
   ~Metrics() override;
@@ -37,6 +40,10 @@ class Metrics final : public detail::JobObserver, public detail::LeaderObserver 
                     double run_seconds) override;
   void jobs_fenced(std::size_t count) override;
   void pool_busy(int busy, int threads) override;
+
+  // QueueObserver
+  void queue_depths(const std::vector<detail::QueueDepth>& depths) override;
+  void queue_depths_cleared() override;
 
   // LeaderObserver
   void granted(std::int64_t epoch) override;
@@ -76,8 +83,13 @@ class Metrics final : public detail::JobObserver, public detail::LeaderObserver 
   prometheus::Gauge& pool_threads_;
   prometheus::Gauge& pool_busy_;
 
-  std::mutex mutex_;
+  prometheus::Family<prometheus::Gauge>& depth_;
+  prometheus::Family<prometheus::Gauge>& oldest_;
+  prometheus::Family<prometheus::Gauge>& dead_jobs_;
+
+  std::mutex mutex_;  // guards series_ and sampled_queues_
   std::unordered_map<std::string, JobSeries> series_;
+  std::set<std::string> sampled_queues_;
 };
 
 }  // namespace baton::metrics

@@ -6,12 +6,16 @@
 namespace baton::worker {
 
 Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handlers,
-                   detail::JobObserver* observer, std::function<bool(std::int64_t)> still_leading)
+                   detail::JobObserver* observer, detail::QueueObserver* queue_observer,
+                   std::function<bool(std::int64_t)> still_leading)
     : completer_(config.poller.connect, observer),
       executor_(config.executor, handlers, completer_, observer, [this] { poller_.wake(); }),
       poller_(config.poller, executor_, observer, std::move(still_leading)),
       rescuer_(make_rescuer(config.poller.connect, config.rescuer)),
-      pruner_(make_pruner(config.poller.connect, config.pruner)) {}
+      pruner_(make_pruner(config.poller.connect, config.pruner)),
+      depth_sampler_(
+          make_depth_sampler(config.poller.connect, config.depth_interval, queue_observer)),
+      queue_observer_(queue_observer) {}
 
 Consumer::~Consumer() {
   shutdown(Millis(0));
@@ -27,6 +31,7 @@ void Consumer::granted(std::int64_t epoch) {
   rescuer_->start(epoch);
   poller_.start(epoch);
   pruner_->start(epoch);
+  depth_sampler_->start(epoch);
   spdlog::info("consuming: epoch={}", epoch);
 }
 
@@ -35,6 +40,8 @@ void Consumer::revoked(std::int64_t epoch) {
   poller_.stop();
   rescuer_->stop();
   pruner_->stop();
+  depth_sampler_->stop();
+  if (queue_observer_ != nullptr) queue_observer_->queue_depths_cleared();
   executor_.cancel(true);
   spdlog::info("stopped consuming: epoch={}", epoch);
 }
@@ -53,6 +60,7 @@ void Consumer::shutdown(Millis flush_deadline) {
   poller_.stop();
   rescuer_->stop();
   pruner_->stop();
+  depth_sampler_->stop();
   executor_.cancel(true);
   completer_.stop(flush_deadline);
 }

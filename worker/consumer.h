@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "worker/completer.h"
+#include "worker/depth_sampler.h"
 #include "worker/executor.h"
 #include "worker/poller.h"
 #include "worker/pruner.h"
@@ -23,12 +24,14 @@ struct ConsumerConfig {
   ExecutorConfig executor;
   RescuerConfig rescuer;
   PrunerConfig pruner;
+  Millis depth_interval{5000};
 };
 
 class Consumer {
  public:
   Consumer(ConsumerConfig config, const detail::HandlerRegistry& handlers,
-           detail::JobObserver* observer, std::function<bool(std::int64_t)> still_leading);
+           detail::JobObserver* observer, detail::QueueObserver* queue_observer,
+           std::function<bool(std::int64_t)> still_leading);
   ~Consumer();
 
   void start();  // starts the completer; claiming waits for granted()
@@ -47,6 +50,8 @@ class Consumer {
   Poller poller_;
   std::unique_ptr<PeriodicService> rescuer_;
   std::unique_ptr<PeriodicService> pruner_;
+  std::unique_ptr<PeriodicService> depth_sampler_;
+  detail::QueueObserver* const queue_observer_;
 };
 
 }  // namespace baton::worker

@@ -184,11 +184,11 @@ void Node::run() {
                  .retry = {.base = c.retry_base, .cap = c.retry_cap}};
   wc.pruner.retention = c.history_retention;
   // The elector is created below; the gate reads it through the Impl.
-  s.consumer =
-      std::make_unique<worker::Consumer>(wc, s.registry, s.metrics.get(), [&s](std::int64_t epoch) {
-        auto* e = s.live_elector.load();
-        return e != nullptr && e->leading(epoch);
-      });
+  s.consumer = std::make_unique<worker::Consumer>(wc, s.registry, s.metrics.get(), s.metrics.get(),
+                                                  [&s](std::int64_t epoch) {
+                                                    auto* e = s.live_elector.load();
+                                                    return e != nullptr && e->leading(epoch);
+                                                  });
   s.consumer->start();
 
   leader::ElectorConfig ec;

@@ -58,3 +58,62 @@ TEST(Metrics, ScrapePassesPromtoolAndCountsEveryJob) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace baton::test;
+
+// The value of one exact series line (name with its labels), or -1 when absent.
+double series(const std::string& page, const std::string& name_and_labels) {
+  const auto at = page.find("\n" + name_and_labels + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + name_and_labels.size() + 2));
+}
+
+TEST(Metrics, QueueDepthMatchesTheTableAndFollowersDoNotReportIt) {
+  Cluster cluster(unique_schema("depth"), 2);
+  const auto leader = cluster.wait_leader(20s);
+  ASSERT_NE(leader, "") << cluster.logs();
+  const std::string follower = leader == "n1" ? "n2" : "n1";
+  {
+    pqxx::nontransaction tx(cluster.db());
+    tx.exec("INSERT INTO queue_state (queue, paused) VALUES ('held', true)");
+    tx.exec("INSERT INTO jobs (queue, type) SELECT 'held', 'noop' FROM generate_series(1, 7)");
+    tx.exec(
+        "INSERT INTO jobs (queue, type, run_at) "
+        "SELECT 'held', 'noop', now() + interval '1 hour' FROM generate_series(1, 3)");
+    tx.exec("INSERT INTO jobs (queue, type, max_attempts) VALUES ('held2', 'fail', 1)");
+  }
+  ASSERT_TRUE(wait_for([&] { return !cluster.metrics_addr(leader).empty(); }, 10s));
+  std::string page;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        page = http_get(cluster.metrics_addr(leader), "/metrics");
+        return series(page, R"(baton_queue_depth{queue="held",state="available"})") == 7 &&
+               series(page, R"(baton_queue_depth{queue="held",state="scheduled"})") == 3 &&
+               series(page, R"(baton_dead_jobs{queue="held2"})") == 1;
+      },
+      20s))
+      << page;
+  EXPECT_GT(series(page, R"(baton_queue_oldest_available_seconds{queue="held"})"), 0) << page;
+  const auto follower_page = http_get(cluster.metrics_addr(follower), "/metrics");
+  EXPECT_EQ(follower_page.find("baton_queue_depth{"), std::string::npos)
+      << "only the leader samples depth";
+
+  {
+    pqxx::nontransaction tx(cluster.db());
+    tx.exec("UPDATE queue_state SET paused = false");
+    tx.exec("SELECT pg_notify(current_schema() || '_jobs', 'held')");
+  }
+  ASSERT_TRUE(wait_for(
+      [&] {
+        page = http_get(cluster.metrics_addr(leader), "/metrics");
+        return series(page, R"(baton_queue_depth{queue="held",state="available"})") == 0 &&
+               series(page, R"(baton_queue_oldest_available_seconds{queue="held"})") == 0;
+      },
+      20s))
+      << page;
+  EXPECT_EQ(series(page, R"(baton_queue_depth{queue="held",state="scheduled"})"), 3);
+}
+
+}  // namespace

@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace baton::detail {
 
@@ -20,6 +22,24 @@ class JobObserver {
   // Outcomes the database refused because the job was no longer this epoch's.
   virtual void jobs_fenced(std::size_t count) = 0;
   virtual void pool_busy(int busy, int threads) = 0;
+};
+
+struct QueueDepth {
+  std::string queue;
+  std::int64_t available = 0;  // due now
+  std::int64_t scheduled = 0;  // run_at in the future
+  std::int64_t running = 0;
+  double oldest_available_seconds = 0;
+  std::int64_t dead = 0;  // rows in dead_jobs
+};
+
+class QueueObserver {
+ public:
+  virtual ~QueueObserver() = default;
+  // The whole picture, every sample: queues missing from it have no live jobs.
+  virtual void queue_depths(const std::vector<QueueDepth>& depths) = 0;
+  // This node stopped sampling (it no longer leads): its depth figures are stale.
+  virtual void queue_depths_cleared() = 0;
 };
 
 class LeaderObserver {
