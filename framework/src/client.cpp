@@ -1,5 +1,6 @@
-// Client: producers' side of the queue. Each enqueue is one statement that inserts the rows and
-// sends one NOTIFY for the whole statement (PostgreSQL folds identical notifications).
+// Producers' side of the queue. Every enqueue is one statement that inserts the rows and sends one
+// NOTIFY per queue (PostgreSQL folds identical notifications of a transaction into one). The SQL
+// names baton's schema explicitly, so it also runs inside a caller's transaction.
 #include "baton/client.h"
 
 #include "baton/detail/db.h"
@@ -7,42 +8,67 @@
 namespace baton {
 namespace {
 
-constexpr std::size_t kMaxPayloadBytes = 1 << 20;
-
-// $1 queue, $2 type, $3 priority, $4 delay ms, $5 max attempts, $6 channel, $7 payload(s).
-constexpr const char* kEnqueueOneSql = R"sql(
-WITH j AS (
-  INSERT INTO jobs (queue, type, payload, priority, run_at, max_attempts)
-  VALUES ($1, $2, $7::jsonb, $3, now() + $4::bigint * interval '1 millisecond', $5)
-  RETURNING id),
-n AS (SELECT pg_notify($6, $1))
-SELECT j.id FROM j CROSS JOIN n
+// $1: the jobs as a JSON array of objects; $2: the wake-up channel.
+constexpr const char* kEnqueueSql = R"sql(
+WITH input AS (
+  SELECT e->>'queue' AS queue, e->>'type' AS type, e->'payload' AS payload,
+         (e->>'priority')::int AS priority, (e->>'delay_ms')::bigint AS delay_ms,
+         (e->>'run_at_epoch')::float8 AS run_at_epoch, (e->>'max_attempts')::int AS max_attempts,
+         e->>'partition_key' AS partition_key, e->>'idempotency_key' AS idempotency_key,
+         (e->>'timeout_ms')::int AS timeout_ms, ord
+    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS a(e, ord)),
+ins AS (
+  INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, partition_key,
+                      partition, idempotency_key, timeout_ms)
+  SELECT queue, type, payload, priority,
+         coalesce(to_timestamp(run_at_epoch), now() + delay_ms * interval '1 millisecond'),
+         max_attempts,
+         partition_key, @.job_partition(queue, partition_key), idempotency_key, timeout_ms
+    FROM input ORDER BY ord
+  ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING id, queue),
+wake AS (SELECT count(pg_notify($2, q)) AS n FROM (SELECT DISTINCT queue AS q FROM ins) d)
+SELECT id FROM ins WHERE (SELECT n FROM wake) >= 0 ORDER BY id
 )sql";
 
-constexpr const char* kEnqueueCopiesSql = R"sql(
-WITH j AS (
-  INSERT INTO jobs (queue, type, payload, priority, run_at, max_attempts)
-  SELECT $1, $2, $7::jsonb, $3, now() + $4::bigint * interval '1 millisecond', $5
+constexpr const char* kExistingSql =
+    "SELECT id FROM @.jobs WHERE queue = $1 AND idempotency_key = $2";
+
+// $1 queue, $2 type, $3 payload, $4 priority, $5 delay ms, $6 max attempts, $7 timeout ms,
+// $8 count, $9 channel.
+constexpr const char* kCopiesSql = R"sql(
+WITH ins AS (
+  INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, timeout_ms)
+  SELECT $1, $2, $3::jsonb, $4, now() + $5::bigint * interval '1 millisecond', $6,
+         nullif($7::int, 0)
     FROM generate_series(1, $8::int)
   RETURNING id),
-n AS (SELECT pg_notify($6, $1))
-SELECT j.id FROM j CROSS JOIN n
+wake AS (SELECT pg_notify($9, $1))
+SELECT id FROM ins WHERE (SELECT 1 FROM wake) = 1 ORDER BY id
 )sql";
 
-constexpr const char* kEnqueueManySql = R"sql(
-WITH j AS (
-  INSERT INTO jobs (queue, type, payload, priority, run_at, max_attempts)
-  SELECT $1, $2, p.value, $3, now() + $4::bigint * interval '1 millisecond', $5
-    FROM jsonb_array_elements($7::jsonb) WITH ORDINALITY AS p(value, ord)
-   ORDER BY p.ord
-  RETURNING id),
-n AS (SELECT pg_notify($6, $1))
-SELECT j.id FROM j CROSS JOIN n
-)sql";
+// Replaces @ with the quoted schema.
+std::string with_schema(const char* sql, const std::string& quoted_schema) {
+  std::string out;
+  for (const char* p = sql; *p != '\0'; ++p) {
+    if (*p == '@') {
+      out += quoted_schema;
+    } else {
+      out += *p;
+    }
+  }
+  return out;
+}
 
-void check_options(std::string_view type, const EnqueueOptions& o) {
+std::string quote_schema(const std::string& schema) {
+  detail::validate_schema_name(schema);  // [a-z_][a-z0-9_]*: quoting is only belt and braces
+  return "\"" + schema + "\"";
+}
+
+void check(const NewJob& job, std::size_t max_payload, std::string* payload_text) {
+  const auto& o = job.options;
   validate_name("queue", o.queue);
-  validate_name("type", type);
+  validate_name("type", job.type);
   if (o.priority < -32768 || o.priority > 32767) {
     throw EnqueueError("priority " + std::to_string(o.priority) +
                        " is out of range; use -32768..32767 (lower runs first)");
@@ -52,30 +78,69 @@ void check_options(std::string_view type, const EnqueueOptions& o) {
                        " is out of range; use 1..1000");
   }
   if (o.delay.count() < 0) throw EnqueueError("delay must not be negative");
-}
-
-std::string dump_payload(const nlohmann::json& payload) {
-  std::string text;
+  if (o.delay > std::chrono::hours(24 * 365 * 100)) {
+    throw EnqueueError("delay is over 100 years; use run_at for far-off dates");
+  }
+  if (o.timeout.count() < 0 || o.timeout.count() > 2'000'000'000) {
+    throw EnqueueError("timeout must be 0 (none) .. 2000000000 ms");
+  }
+  if (o.partition_key.size() > 256) throw EnqueueError("partition_key is over 256 bytes");
+  if (o.idempotency_key.size() > 256) throw EnqueueError("idempotency_key is over 256 bytes");
   try {
-    text = payload.dump();
+    *payload_text = job.payload.dump();
   } catch (const nlohmann::json::exception& e) {
     throw EnqueueError(std::string("payload is not valid JSON text (") + e.what() +
                        "); strings must be UTF-8");
   }
-  if (text.size() > kMaxPayloadBytes) {
-    throw EnqueueError("payload is " + std::to_string(text.size()) + " bytes; the limit is " +
-                       std::to_string(kMaxPayloadBytes) +
-                       " bytes: store large data elsewhere "
-                       "and enqueue a reference to it");
+  if (payload_text->size() > max_payload) {
+    throw EnqueueError("payload is " + std::to_string(payload_text->size()) +
+                       " bytes; the limit is " + std::to_string(max_payload) +
+                       " bytes: store large data elsewhere and enqueue a reference to it");
   }
-  return text;
 }
 
-std::vector<std::int64_t> ids_of(const pqxx::result& rows) {
+// The jobs as the JSON array kEnqueueSql reads.
+std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
+  nlohmann::json all = nlohmann::json::array();
+  std::string text;
+  for (const auto& job : jobs) {
+    check(job, max_payload, &text);
+    const auto& o = job.options;
+    nlohmann::json row{{"queue", o.queue},
+                       {"type", job.type},
+                       {"payload", job.payload},
+                       {"priority", o.priority},
+                       {"delay_ms", o.delay.count()},
+                       {"max_attempts", o.max_attempts}};
+    if (o.run_at) {
+      // An absolute time, as seconds since the Unix epoch; PostgreSQL's to_timestamp() reads it.
+      row["run_at_epoch"] = std::chrono::duration<double>(o.run_at->time_since_epoch()).count();
+    }
+    if (!o.partition_key.empty()) row["partition_key"] = o.partition_key;
+    if (!o.idempotency_key.empty()) row["idempotency_key"] = o.idempotency_key;
+    if (o.timeout.count() > 0) row["timeout_ms"] = o.timeout.count();
+    all.push_back(std::move(row));
+  }
+  return all.dump();
+}
+
+std::vector<std::int64_t> run_enqueue(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
+                                      const ClientOptions& options) {
+  if (jobs.empty()) return {};
+  const std::string schema = quote_schema(options.schema);
+  auto rows =
+      tx.exec_params(with_schema(kEnqueueSql, schema), encode(jobs, options.max_payload_bytes),
+                     detail::jobs_channel(options.schema));
   std::vector<std::int64_t> ids;
   ids.reserve(rows.size());
   for (const auto& r : rows)
     ids.push_back(r[0].as<std::int64_t>());
+  // One job whose key is live already: the answer is the existing job's id.
+  if (ids.empty() && jobs.size() == 1 && !jobs[0].options.idempotency_key.empty()) {
+    auto existing = tx.exec_params(with_schema(kExistingSql, schema), jobs[0].options.queue,
+                                   jobs[0].options.idempotency_key);
+    if (!existing.empty()) ids.push_back(existing[0][0].as<std::int64_t>());
+  }
   return ids;
 }
 
@@ -103,61 +168,82 @@ void validate_name(std::string_view what, std::string_view name) {
   }
 }
 
-struct Client::Impl {
-  std::string schema;
-  std::unique_ptr<pqxx::connection> conn;
+std::vector<std::int64_t> enqueue_in(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
+                                     const ClientOptions& options) {
+  return run_enqueue(tx, jobs, options);
+}
 
-  pqxx::result run(const char* sql, std::string_view type, const EnqueueOptions& o,
-                   const std::string& payload, int count) {
-    pqxx::work tx(*conn);
-    auto rows = count > 0
-                    ? tx.exec_params(sql, o.queue, std::string(type), o.priority,
-                                     static_cast<std::int64_t>(o.delay.count()), o.max_attempts,
-                                     detail::jobs_channel(schema), payload, count)
-                    : tx.exec_params(sql, o.queue, std::string(type), o.priority,
-                                     static_cast<std::int64_t>(o.delay.count()), o.max_attempts,
-                                     detail::jobs_channel(schema), payload);
-    tx.commit();
-    return rows;
-  }
+struct Client::Impl {
+  ClientOptions options;
+  std::unique_ptr<pqxx::connection> conn;
 };
 
-Client::Client(const std::string& database_url, std::string schema) : impl_(new Impl) {
-  detail::validate_schema_name(schema);
-  impl_->schema = schema;
-  impl_->conn =
-      detail::connect({.url = database_url, .schema = schema, .application_name = "baton-client"});
+Client::Client(const std::string& database_url, ClientOptions options) : impl_(new Impl) {
+  detail::validate_schema_name(options.schema);
+  impl_->options = std::move(options);
+  impl_->conn = detail::connect(
+      {.url = database_url, .schema = impl_->options.schema, .application_name = "baton-client"});
 }
 
 Client::~Client() = default;
 
+std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
+  pqxx::work tx(*impl_->conn);
+  auto ids = run_enqueue(tx, jobs, impl_->options);
+  tx.commit();
+  return ids;
+}
+
 std::int64_t Client::enqueue(std::string_view type, const nlohmann::json& payload,
                              const EnqueueOptions& options) {
-  check_options(type, options);
-  return ids_of(impl_->run(kEnqueueOneSql, type, options, dump_payload(payload), 0)).at(0);
+  auto ids = enqueue_batch({NewJob{std::string(type), payload, options}});
+  if (ids.empty()) throw std::runtime_error("enqueue returned no id");
+  return ids.front();
+}
+
+std::int64_t Client::enqueue_json(std::string_view type, std::string_view payload_json,
+                                  const EnqueueOptions& options) {
+  auto payload = nlohmann::json::parse(payload_json, nullptr, false);
+  if (payload.is_discarded()) {
+    throw EnqueueError("payload is not valid JSON: " + std::string(payload_json.substr(0, 200)));
+  }
+  return enqueue(type, payload, options);
 }
 
 std::vector<std::int64_t> Client::enqueue_copies(std::string_view type,
                                                  const nlohmann::json& payload, int count,
                                                  const EnqueueOptions& options) {
-  check_options(type, options);
   if (count < 1 || count > 10'000'000) {
     throw EnqueueError("count " + std::to_string(count) + " is out of range; use 1..10000000");
   }
-  return ids_of(impl_->run(kEnqueueCopiesSql, type, options, dump_payload(payload), count));
+  if (!options.partition_key.empty() || !options.idempotency_key.empty() || options.run_at) {
+    throw EnqueueError(
+        "enqueue_copies takes no partition_key, idempotency_key or run_at; use enqueue_batch");
+  }
+  std::string text;
+  check(NewJob{std::string(type), payload, options}, impl_->options.max_payload_bytes, &text);
+  pqxx::work tx(*impl_->conn);
+  auto rows = tx.exec_params(with_schema(kCopiesSql, quote_schema(impl_->options.schema)),
+                             options.queue, std::string(type), text, options.priority,
+                             static_cast<std::int64_t>(options.delay.count()), options.max_attempts,
+                             static_cast<int>(options.timeout.count()), count,
+                             detail::jobs_channel(impl_->options.schema));
+  tx.commit();
+  std::vector<std::int64_t> ids;
+  ids.reserve(rows.size());
+  for (const auto& r : rows)
+    ids.push_back(r[0].as<std::int64_t>());
+  return ids;
 }
 
 std::vector<std::int64_t> Client::enqueue_many(std::string_view type,
                                                const std::vector<nlohmann::json>& payloads,
                                                const EnqueueOptions& options) {
-  check_options(type, options);
-  if (payloads.empty()) return {};
-  nlohmann::json all = nlohmann::json::array();
-  for (const auto& p : payloads) {
-    dump_payload(p);  // checks each payload's size on its own
-    all.push_back(p);
-  }
-  return ids_of(impl_->run(kEnqueueManySql, type, options, all.dump(), 0));
+  std::vector<NewJob> jobs;
+  jobs.reserve(payloads.size());
+  for (const auto& p : payloads)
+    jobs.push_back(NewJob{std::string(type), p, options});
+  return enqueue_batch(jobs);
 }
 
 }  // namespace baton

@@ -1,5 +1,5 @@
 // Client enqueues jobs from any process. One Client holds one connection: it is NOT safe to share
-// between threads; give each thread its own.
+// between threads; give each thread its own. enqueue_in() enqueues inside a transaction of yours.
 #pragma once
 
 #include <cstdint>
@@ -9,28 +9,40 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <pqxx/transaction_base>
 
 #include "baton/job.h"
 
 namespace baton {
 
-// Thrown for a bad queue or type name or payload. The message says what to fix.
+// Thrown for a bad queue or type name, option or payload. The message says what to fix.
 class EnqueueError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
 
+struct ClientOptions {
+  std::string schema = "baton";
+  std::size_t max_payload_bytes = 1 << 20;  // a larger payload is refused at enqueue
+};
+
 class Client {
  public:
   // Connects at once; throws pqxx::broken_connection when the database is unreachable.
-  explicit Client(const std::string& database_url, std::string schema = "baton");
+  explicit Client(const std::string& database_url, ClientOptions options = {});
+  explicit Client(const std::string& database_url, std::string schema)
+      : Client(database_url, ClientOptions{.schema = std::move(schema)}) {}
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Enqueues one job and returns its id. The leader is woken by NOTIFY.
+  // Enqueues one job and returns its id (with an idempotency key that is live already: the
+  // existing job's id, and nothing is inserted). The leader is woken by NOTIFY.
   std::int64_t enqueue(std::string_view type, const nlohmann::json& payload,
                        const EnqueueOptions& options = {});
+  // The payload as JSON text (checked to parse).
+  std::int64_t enqueue_json(std::string_view type, std::string_view payload_json,
+                            const EnqueueOptions& options = {});
   // Enqueues `count` copies of one job in one statement; returns their ids.
   std::vector<std::int64_t> enqueue_copies(std::string_view type, const nlohmann::json& payload,
                                            int count, const EnqueueOptions& options = {});
@@ -38,6 +50,9 @@ class Client {
   std::vector<std::int64_t> enqueue_many(std::string_view type,
                                          const std::vector<nlohmann::json>& payloads,
                                          const EnqueueOptions& options = {});
+  // Enqueues jobs with options of their own, in one statement, one NOTIFY per queue. Returns the
+  // ids of the jobs inserted, in order; a job whose idempotency key is live already is skipped.
+  std::vector<std::int64_t> enqueue_batch(const std::vector<NewJob>& jobs);
 
   // Typed form: T needs to_json and a static `type_name` (e.g. "send_email").
   template <class T>
@@ -50,6 +65,11 @@ class Client {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Enqueues inside the caller's transaction: the jobs exist only if it commits (and the leader is
+// woken at that commit). Returns the ids as enqueue_batch does.
+std::vector<std::int64_t> enqueue_in(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
+                                     const ClientOptions& options = {});
 
 // Checks a queue or type name: 1..64 of [A-Za-z0-9_.:-], starting with a letter or digit.
 // Throws EnqueueError saying which rule was broken.

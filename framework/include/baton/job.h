@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -26,7 +27,22 @@ struct EnqueueOptions {
   std::string queue = "default";
   int priority = 0;  // -32768..32767; lower runs first
   std::chrono::milliseconds delay{0};
+  // When set, the job runs at this time instead of now + delay.
+  std::optional<std::chrono::system_clock::time_point> run_at{};
   int max_attempts = 10;  // 1..1000
+  // In an ordered queue, jobs with the same key run one at a time, in enqueue order.
+  std::string partition_key{};
+  // While a job with this key is live in the queue, enqueueing another returns its id instead.
+  std::string idempotency_key{};
+  // A run longer than this fails with "timeout"; 0 means none.
+  std::chrono::milliseconds timeout{0};
+};
+
+// One job of a batch.
+struct NewJob {
+  std::string type;
+  nlohmann::json payload;
+  EnqueueOptions options;
 };
 
 // Handed to a handler for one run of one job. Not shared: one context per run.
