@@ -104,8 +104,10 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   std::string error;
   std::string dead_reason;  // non-empty: never retry
   bool recorded = false;    // a transactional handler completed (or was fenced) by itself
+  std::optional<std::chrono::milliseconds> retry_in;  // the handler chose the delay
+  const detail::HandlerEntry* entry = handlers_.find(job.type);
   double run_seconds = 0;
-  if (const detail::HandlerEntry* entry = handlers_.find(job.type)) {
+  if (entry != nullptr) {
     try {
       JobContext ctx(job, deadline, cancelled_);
       if (entry->transactional) {
@@ -126,6 +128,10 @@ void Executor::run(const detail::ClaimedJob& claimed) {
     } catch (const Discard& e) {
       error = e.what();
       dead_reason = "discarded";
+    } catch (const RetryIn& e) {
+      error = e.what();
+      if (error.empty()) error = "asked to retry";
+      retry_in = e.delay();
     } catch (const std::exception& e) {
       error = e.what();
       if (error.empty()) error = "handler threw an exception with an empty message";
@@ -150,7 +156,11 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   const bool exhausted = job.attempt >= job.max_attempts;
   if (dead_reason.empty() && exhausted) dead_reason = "exhausted";
   detail::Failure f{job.id, job.epoch, job.attempt, error, !dead_reason.empty(), dead_reason, 0};
-  if (!f.dead) f.retry_delay_ms = config_.retry.delay(job.attempt, tl_rng).count();
+  if (!f.dead) {
+    const auto& policy = entry != nullptr && entry->retry ? *entry->retry : config_.retry;
+    f.retry_delay_ms = retry_in ? std::max<std::int64_t>(0, retry_in->count())
+                                : policy.delay(job.attempt, tl_rng).count();
+  }
   spdlog::warn(
       "job failed: job={} queue={} type={} epoch={} attempt={}/{} {}: {}", job.id, job.queue,
       job.type, job.epoch, job.attempt, job.max_attempts,

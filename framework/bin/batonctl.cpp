@@ -71,8 +71,38 @@ void print(const pqxx::result& rows, bool json) {
   if (rows.empty()) std::printf("(none)\n");
 }
 
+// One row, one field a line (JSON: one object), with JSON values pretty-printed.
+void print_record(const pqxx::result& rows, bool json) {
+  if (json) {
+    print(rows, true);
+    return;
+  }
+  for (const auto& f : rows[0]) {
+    std::string value = f.is_null() ? "-" : f.c_str();
+    if (!f.is_null() && (value.front() == '{' || value.front() == '[')) {
+      auto parsed = nlohmann::json::parse(value, nullptr, false);
+      if (!parsed.is_discarded()) value = parsed.dump(2);
+    }
+    std::printf("%-17s %s\n", f.name(), value.c_str());
+  }
+}
+
 constexpr const char* kStatsSql = R"sql(
-WITH live AS (
+WITH recent AS (
+  SELECT queue,
+         count(*) FILTER (WHERE finished_at > now() - interval '1 minute') AS done_1m,
+         count(*) FILTER (WHERE finished_at > now() - interval '15 minutes') AS done_15m,
+         round((percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at)))::numeric, 3) AS wait_p50_s,
+         round((percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at)))::numeric, 3) AS wait_p95_s,
+         round((percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds))::numeric, 3) AS run_p50_s,
+         round((percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds))::numeric, 3) AS run_p95_s
+    FROM job_history WHERE finished_at > now() - interval '15 minutes' GROUP BY queue),
+failed AS (
+  SELECT queue,
+         count(*) FILTER (WHERE died_at > now() - interval '1 minute') AS dead_1m,
+         count(*) FILTER (WHERE died_at > now() - interval '15 minutes') AS dead_15m
+    FROM dead_jobs WHERE died_at > now() - interval '15 minutes' GROUP BY queue),
+live AS (
   SELECT queue,
          count(*) FILTER (WHERE state = 'available' AND run_at <= now()) AS available,
          count(*) FILTER (WHERE state = 'available' AND run_at > now()) AS scheduled,
@@ -84,9 +114,13 @@ hist AS (SELECT queue, count(*) AS completed FROM job_history GROUP BY queue),
 dead AS (SELECT queue, count(*) AS dead FROM dead_jobs GROUP BY queue)
 SELECT q.queue, coalesce(l.available, 0) AS available, coalesce(l.scheduled, 0) AS scheduled,
        coalesce(l.running, 0) AS running, coalesce(h.completed, 0) AS completed,
-       coalesce(d.dead, 0) AS dead, l.oldest_available_s
+       coalesce(d.dead, 0) AS dead, l.oldest_available_s,
+       coalesce(r.done_1m, 0) AS completed_1m, coalesce(r.done_15m, 0) AS completed_15m,
+       coalesce(f.dead_1m, 0) AS dead_1m, coalesce(f.dead_15m, 0) AS dead_15m,
+       r.wait_p50_s, r.wait_p95_s, r.run_p50_s, r.run_p95_s
   FROM (SELECT queue FROM live UNION SELECT queue FROM hist UNION SELECT queue FROM dead) q
   LEFT JOIN live l USING (queue) LEFT JOIN hist h USING (queue) LEFT JOIN dead d USING (queue)
+  LEFT JOIN recent r USING (queue) LEFT JOIN failed f USING (queue)
  ORDER BY q.queue
 )sql";
 
@@ -109,6 +143,55 @@ SELECT node_id, host, pid, role, epoch, version,
   FROM nodes
  WHERE last_seen > now() - interval '1 hour'
  ORDER BY node_id
+)sql";
+
+constexpr const char* kDeadShowSql = R"sql(
+SELECT id, queue, type, partition_key, payload, priority, attempts, max_attempts, reason,
+       created_at, first_started_at, died_at, node, epoch, last_error, errors
+  FROM dead_jobs WHERE id = $1
+)sql";
+
+// Back to the queue under the same id, with fresh attempts; the error history stays.
+constexpr const char* kDeadRetrySql = R"sql(
+WITH d AS (
+  DELETE FROM dead_jobs
+   WHERE (id = $1 OR ($1 = 0 AND ($2 = '' OR queue = $2)))
+  RETURNING *),
+ins AS (
+  INSERT INTO jobs (id, queue, partition_key, partition, type, payload, priority, max_attempts,
+                    created_at, errors)
+  OVERRIDING SYSTEM VALUE
+  SELECT id, queue, partition_key, job_partition(queue, partition_key), type, payload, priority,
+         max_attempts, created_at, errors
+    FROM d
+  RETURNING id, queue),
+wake AS (SELECT count(pg_notify($3, q)) AS n FROM (SELECT DISTINCT queue AS q FROM ins) x)
+SELECT count(*) FROM ins WHERE (SELECT n FROM wake) >= 0
+)sql";
+
+constexpr const char* kDeadPurgeSql = R"sql(
+DELETE FROM dead_jobs WHERE died_at < now() - $1::bigint * interval '1 millisecond'
+   AND ($2 = '' OR queue = $2)
+)sql";
+
+constexpr const char* kJobShowSql = R"sql(
+SELECT 'live' AS status, id, queue, type, partition_key, partition, payload, priority, state,
+       run_at, attempts, max_attempts, created_at, first_started_at, claimed_at, claimed_by,
+       claimed_epoch, last_error, errors
+  FROM jobs WHERE id = $1
+)sql";
+
+constexpr const char* kHistoryShowSql = R"sql(
+SELECT 'finished' AS status, id, queue, type, partition_key, payload, priority, attempts,
+       created_at, run_at, first_started_at, started_at, finished_at, run_seconds, node, epoch,
+       outcome
+  FROM job_history WHERE id = $1
+)sql";
+
+constexpr const char* kQueueOrderedSql = R"sql(
+INSERT INTO queue_state (queue, partitions, updated_by) VALUES ($1, $2, 'batonctl')
+ON CONFLICT (queue) DO UPDATE SET partitions = excluded.partitions, updated_at = now(),
+                                  updated_by = excluded.updated_by
 )sql";
 
 constexpr const char* kQueueStateSql = R"sql(
@@ -175,6 +258,17 @@ int main(int argc, char** argv) {
   auto* queue_resume = queue->add_subcommand("resume", "the leader claims NAME's jobs again");
   queue_resume->add_option("name", queue_name, "queue")->required();
   auto* queue_list = queue->add_subcommand("list", "queues with jobs, and whether paused");
+  auto* queue_ordered = queue->add_subcommand(
+      "ordered", "declare NAME ordered: jobs with one partition key run one at a time, in order");
+  int partitions = 0;
+  queue_ordered->add_option("name", queue_name, "queue")->required();
+  queue_ordered->add_option("--partitions", partitions, "partition count (1..4096)")->required();
+
+  auto* jobs = app.add_subcommand("jobs", "one job, live or finished");
+  jobs->require_subcommand(1);
+  auto* jobs_show = jobs->add_subcommand("show", "a job by id, from the queue or history");
+  std::int64_t job_id = 0;
+  jobs_show->add_option("id", job_id, "job id")->required();
 
   auto* dead = app.add_subcommand("dead", "dead-lettered jobs");
   dead->require_subcommand(1);
@@ -183,6 +277,17 @@ int main(int argc, char** argv) {
   int limit = 50;
   dead_list->add_option("--queue", dead_queue, "only this queue");
   dead_list->add_option("--limit", limit, "most rows")->capture_default_str();
+  auto* dead_show = dead->add_subcommand("show", "one dead job with its payload and every error");
+  dead_show->add_option("id", job_id, "job id")->required();
+  auto* dead_retry = dead->add_subcommand("retry", "put dead jobs back in the queue (same id)");
+  bool dead_all = false;
+  dead_retry->add_option("id", job_id, "job id");
+  dead_retry->add_flag("--all", dead_all, "every dead job (of --queue)");
+  dead_retry->add_option("--queue", dead_queue, "only this queue (with --all)");
+  auto* dead_purge = dead->add_subcommand("purge", "delete dead jobs older than a duration");
+  std::string older_than;
+  dead_purge->add_option("--older-than", older_than, "e.g. 30d as 720h, 7d as 168h")->required();
+  dead_purge->add_option("--queue", dead_queue, "only this queue");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -259,6 +364,63 @@ int main(int argc, char** argv) {
         }
       }
       if (queue_list->parsed()) print(tx.exec(kQueueListSql), c.json);
+      if (queue_ordered->parsed()) {
+        baton::validate_name("queue", queue_name);
+        if (partitions < 1 || partitions > 4096) {
+          throw baton::EnqueueError("--partitions must be 1..4096");
+        }
+        tx.exec_params(kQueueOrderedSql, queue_name, partitions);
+        std::cout << "queue " << queue_name << " is ordered with " << partitions
+                  << " partitions: jobs with one partition_key run one at a time, in order\n";
+      }
+      if (jobs_show->parsed()) {
+        auto rows = tx.exec_params(kJobShowSql, job_id);
+        if (rows.empty()) rows = tx.exec_params(kHistoryShowSql, job_id);
+        if (rows.empty()) rows = tx.exec_params(kDeadShowSql, job_id);
+        if (rows.empty()) {
+          std::cerr << "batonctl: no job " << job_id << " in the queue, history or dead jobs\n";
+          return 1;
+        }
+        print_record(rows, c.json);
+      }
+      if (dead_show->parsed()) {
+        auto rows = tx.exec_params(kDeadShowSql, job_id);
+        if (rows.empty()) {
+          std::cerr << "batonctl: no dead job " << job_id << "\n";
+          return 1;
+        }
+        print_record(rows, c.json);
+      }
+      if (dead_retry->parsed()) {
+        if ((job_id == 0) == !dead_all) {
+          throw baton::EnqueueError("dead retry takes a job id or --all (not both)");
+        }
+        if (!dead_queue.empty()) baton::validate_name("queue", dead_queue);
+        const auto n = tx.exec_params(kDeadRetrySql, dead_all ? 0 : job_id, dead_queue,
+                                      baton::detail::jobs_channel(c.schema))[0][0]
+                           .as<long long>();
+        if (n == 0 && !dead_all) {
+          std::cerr << "batonctl: no dead job " << job_id << "\n";
+          return 1;
+        }
+        if (c.json) {
+          std::cout << nlohmann::json{{"requeued", n}} << "\n";
+        } else {
+          std::cout << "requeued " << n << " dead job(s) with fresh attempts\n";
+        }
+      }
+      if (dead_purge->parsed()) {
+        if (!dead_queue.empty()) baton::validate_name("queue", dead_queue);
+        const auto age = baton::parse_duration(older_than, "older-than");
+        const auto n =
+            tx.exec_params(kDeadPurgeSql, static_cast<std::int64_t>(age.count()), dead_queue)
+                .affected_rows();
+        if (c.json) {
+          std::cout << nlohmann::json{{"purged", n}} << "\n";
+        } else {
+          std::cout << "purged " << n << " dead job(s) older than " << older_than << "\n";
+        }
+      }
       if (dead_list->parsed()) print(tx.exec_params(kDeadListSql, dead_queue, limit), c.json);
       tx.commit();
     }

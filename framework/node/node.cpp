@@ -94,14 +94,32 @@ Node::Node(NodeConfig config) : impl_(new Impl) {
 
 Node::~Node() = default;
 
-void Node::handle(const std::string& type, Handler handler) {
-  validate_name("type", type);
-  impl_->registry.add(type, std::move(handler));
+namespace {
+
+// The handler's own retry policy, when it sets any of it; validated like the node's settings.
+std::optional<detail::RetryPolicy> retry_policy(const std::string& type, const HandlerOptions& o,
+                                                const NodeConfig& config) {
+  if (!o.retry_base && !o.retry_cap && o.retry_factor == 2.0) return std::nullopt;
+  detail::RetryPolicy p{o.retry_base.value_or(config.retry_base),
+                        o.retry_cap.value_or(config.retry_cap), o.retry_factor};
+  if (p.base.count() <= 0 || p.cap < p.base || !(p.factor >= 1.0 && p.factor <= 10.0)) {
+    throw ConfigError("handler '" + type +
+                      "': retry_base must be positive, retry_cap at least retry_base, and "
+                      "retry_factor within 1..10");
+  }
+  return p;
 }
 
-void Node::handle_tx(const std::string& type, TxHandler handler) {
+}  // namespace
+
+void Node::handle(const std::string& type, Handler handler, const HandlerOptions& options) {
   validate_name("type", type);
-  impl_->registry.add(type, std::move(handler));
+  impl_->registry.add(type, std::move(handler), retry_policy(type, options, impl_->config));
+}
+
+void Node::handle_tx(const std::string& type, TxHandler handler, const HandlerOptions& options) {
+  validate_name("type", type);
+  impl_->registry.add(type, std::move(handler), retry_policy(type, options, impl_->config));
 }
 
 void Node::yield() {

@@ -18,6 +18,11 @@ UPDATE jobs j
            AND (cardinality($5::text[]) = 0 OR queue = ANY ($5::text[]))
            AND NOT (queue = ANY ($7::text[]))
            AND NOT EXISTS (SELECT 1 FROM queue_state s WHERE s.queue = jobs.queue AND s.paused)
+           -- In an ordered partition only its first job (by enqueue order) may run; a running
+           -- or failing job is that first job, so it holds the partition until it finishes.
+           AND (partition IS NULL OR id = (SELECT min(f.id) FROM jobs f
+                                            WHERE f.queue = jobs.queue
+                                              AND f.partition = jobs.partition))
            AND EXISTS (SELECT 1 FROM locks
                         WHERE lock_key = $3 AND region = $4 AND client_id = $1 AND epoch = $2)
          ORDER BY priority, run_at, id

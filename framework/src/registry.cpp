@@ -5,14 +5,16 @@
 
 namespace baton::detail {
 
-void HandlerRegistry::add(const std::string& type, Handler handler) {
+void HandlerRegistry::add(const std::string& type, Handler handler,
+                          std::optional<RetryPolicy> retry) {
   if (!handler) throw std::logic_error("handler for '" + type + "' is empty");
-  insert(type, HandlerEntry{std::move(handler), nullptr});
+  insert(type, HandlerEntry{std::move(handler), nullptr, retry});
 }
 
-void HandlerRegistry::add(const std::string& type, TxHandler handler) {
+void HandlerRegistry::add(const std::string& type, TxHandler handler,
+                          std::optional<RetryPolicy> retry) {
   if (!handler) throw std::logic_error("handler for '" + type + "' is empty");
-  insert(type, HandlerEntry{nullptr, std::move(handler)});
+  insert(type, HandlerEntry{nullptr, std::move(handler), retry});
 }
 
 void HandlerRegistry::insert(const std::string& type, HandlerEntry entry) {

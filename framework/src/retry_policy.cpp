@@ -2,12 +2,13 @@
 #include "baton/detail/retry_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace baton::detail {
 
 std::chrono::milliseconds RetryPolicy::ceiling(int attempt) const {
-  const int doublings = std::clamp(attempt - 1, 0, 40);
-  const double ms = static_cast<double>(base.count()) * static_cast<double>(1ULL << doublings);
+  const int steps = std::clamp(attempt - 1, 0, 1000);
+  const double ms = static_cast<double>(base.count()) * std::pow(factor, steps);
   return std::chrono::milliseconds(
       static_cast<std::int64_t>(std::min(ms, static_cast<double>(cap.count()))));
 }

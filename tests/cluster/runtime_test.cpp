@@ -149,3 +149,66 @@ TEST(Runtime, JsonLogLinesParseAndJobLinesCarryTheJobFields) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace baton::test;
+
+TEST(Batonctl, DeadLettersCanBeShownRetriedAndPurgedAndJobsShown) {
+  Cluster cluster(unique_schema("ctl_dead"), 1);
+  ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
+  int rc = 0;
+  ctl(cluster,
+      "enqueue --type fail --queue q --max-attempts 1 --count 3 "
+      "--payload '{\"message\": \"card declined\"}'");
+  ctl(cluster, "enqueue --type noop --queue q");
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM dead_jobs") == 3; }, 20s));
+  ASSERT_TRUE(
+      wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 1; }, 20s));
+  const auto id = std::to_string(cluster.count("SELECT min(id) FROM dead_jobs"));
+
+  auto out = ctl(cluster, "dead show " + id, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("card declined"), std::string::npos) << out;
+  EXPECT_NE(out.find("exhausted"), std::string::npos) << out;
+  out = ctl(cluster, "--json jobs show " + id, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"reason\": \"exhausted\""), std::string::npos) << out;
+  const auto done = std::to_string(cluster.count("SELECT id FROM job_history"));
+  out = ctl(cluster, "jobs show " + done, &rc);
+  EXPECT_NE(out.find("finished"), std::string::npos) << out;
+  ctl(cluster, "jobs show 987654321", &rc);
+  EXPECT_EQ(rc, 1) << "a missing job is a failure";
+
+  out = ctl(cluster, "dead retry " + id, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("requeued 1"), std::string::npos) << out;
+  // It runs again (same id), fails again, and is back in dead_jobs with both errors.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.count("SELECT jsonb_array_length(errors) FROM dead_jobs WHERE id = " + id) ==
+               2;
+      },
+      20s))
+      << cluster.logs();
+  ctl(cluster, "dead retry", &rc);
+  EXPECT_EQ(rc, 2) << "needs an id or --all";
+
+  out = ctl(cluster, "dead purge --older-than 1h", &rc);
+  EXPECT_NE(out.find("purged 0"), std::string::npos) << out;
+  out = ctl(cluster, "--json dead purge --older-than 0ms --queue q", &rc);
+  EXPECT_NE(out.find("\"purged\":3"), std::string::npos) << out;
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM dead_jobs"), 0);
+
+  out = ctl(cluster, "--json stats", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"completed_1m\": 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"run_p95_s\""), std::string::npos) << out;
+  ctl(cluster, "queue ordered sms --partitions 0", &rc);
+  EXPECT_EQ(rc, 2);
+  out = ctl(cluster, "queue ordered sms --partitions 8", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(cluster.count("SELECT partitions FROM queue_state WHERE queue = 'sms'"), 8);
+}
+
+}  // namespace

@@ -1,8 +1,11 @@
 // The queue end to end against a real PostgreSQL, with a node running in this process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
@@ -196,6 +199,201 @@ TEST_F(Queue, OnlyTheLeaderRunsJobs) {
   ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 200));
   EXPECT_EQ(ran_on, std::set<std::string>{leader});
   EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE node <> '" + leader + "'"), 0);
+}
+
+}  // namespace
+
+namespace {
+
+using namespace baton::test;
+using baton::Client;
+using baton::EnqueueOptions;
+using baton::JobContext;
+using baton::NewJob;
+using baton::Node;
+
+class Producers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
+    baton::detail::migrate(*conn, schema_);
+    db_ = connect(schema_);
+  }
+  long long count(const std::string& sql) { return query_int(*db_, sql); }
+  bool wait_count(const std::string& sql, long long want, std::chrono::milliseconds t = 30s) {
+    return wait_for([&] { return count(sql) == want; }, t);
+  }
+  std::string schema_;
+  std::unique_ptr<pqxx::connection> db_;
+};
+
+TEST_F(Producers, AJobEnqueuedInTheCallersTransactionExistsOnlyIfItCommits) {
+  pqxx::connection app(database_url());  // the application's own connection, default search_path
+  {
+    pqxx::work tx(app);
+    tx.exec("CREATE TEMP TABLE orders (id int)");
+    tx.exec("INSERT INTO orders VALUES (1)");
+    baton::enqueue_in(tx, {NewJob{"ship", {{"order", 1}}, {}}}, {.schema = schema_});
+    tx.abort();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "a rolled-back enqueue left a job";
+  {
+    pqxx::work tx(app);
+    const auto ids =
+        baton::enqueue_in(tx, {NewJob{"ship", {{"order", 2}}, {}}}, {.schema = schema_});
+    ASSERT_EQ(ids.size(), 1u);
+    EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "visible before the commit";
+    tx.commit();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE payload->>'order' = '2'"), 1);
+}
+
+TEST_F(Producers, AnIdempotencyKeyDedupesWhileTheJobIsLive) {
+  Client client(database_url(), schema_);
+  EnqueueOptions o;
+  o.idempotency_key = "invoice-42";
+  const auto first = client.enqueue("bill", {{"n", 1}}, o);
+  const auto again = client.enqueue("bill", {{"n", 2}}, o);
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 1);
+  EXPECT_EQ(count("SELECT (payload->>'n')::int FROM jobs"), 1) << "the first job is kept";
+  o.queue = "other";
+  EXPECT_NE(client.enqueue("bill", {}, o), first) << "keys are per queue";
+  // Once the job has finished, the key is free again.
+  RunningNode n(test_config(schema_, "solo"),
+                [](Node& node) { node.handle("bill", [](JobContext&) {}); });
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 2));
+  o.queue = "default";
+  EXPECT_NE(client.enqueue("bill", {}, o), first);
+}
+
+TEST_F(Producers, BackoffSchedulesTheNextRunWithinTheJitterBoundsAndRetryInIsExact) {
+  RunningNode n(test_config(schema_, "solo"), [](Node& node) {
+    node.handle("flaky", [](JobContext&) { throw std::runtime_error("down"); },
+                {.retry_base = 10s, .retry_cap = 1h, .retry_factor = 3.0});
+    node.handle("later", [](JobContext&) { throw baton::RetryIn(1500ms, "not yet"); });
+  });
+  Client client(database_url(), schema_);
+  for (int i = 0; i < 20; ++i)
+    client.enqueue("flaky", {});
+  client.enqueue("later", {});
+  ASSERT_TRUE(
+      wait_count("SELECT count(*) FROM jobs WHERE attempts = 1 AND state = 'available' "
+                 "AND jsonb_array_length(errors) = 1",
+                 21));
+  // The delay is run_at minus the time the failure was recorded (one transaction, one now()).
+  const std::string delay = "extract(epoch FROM run_at - (errors->0->>'at')::timestamptz)";
+  EXPECT_EQ(
+      count("SELECT count(*) FROM jobs WHERE type = 'flaky' AND " + delay + " BETWEEN 5 AND 10"),
+      20)
+      << "attempt 1 of base 10 s waits in [5 s, 10 s]";
+  EXPECT_GT(count("SELECT count(DISTINCT round(" + delay +
+                  "::numeric, 2)) FROM jobs WHERE "
+                  "type = 'flaky'"),
+            5)
+      << "no jitter";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE type = 'later' AND abs(" + delay +
+                  " - 1.5) < 0.001 AND last_error = 'not yet'"),
+            1);
+}
+
+TEST_F(Producers, AnOrderedPartitionRunsInOrderOneAtATimeEvenThroughFailures) {
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("INSERT INTO queue_state (queue, partitions) VALUES ('sms', 4)");
+  }
+  std::mutex m;
+  std::map<std::string, std::vector<int>> order;
+  std::map<std::string, int> running;
+  int overlap = 0, most_at_once = 0, busy = 0;
+  auto config = test_config(schema_, "solo");
+  config.threads = 8;
+  RunningNode n(config, [&](Node& node) {
+    node.handle("send",
+                [&](JobContext& ctx) {
+                  const auto p = ctx.payload();
+                  const std::string to = p["to"];
+                  {
+                    std::lock_guard lock(m);
+                    if (++running[to] > 1) ++overlap;
+                    most_at_once = std::max(most_at_once, ++busy);
+                  }
+                  std::this_thread::sleep_for(15ms);
+                  std::lock_guard lock(m);
+                  --running[to];
+                  --busy;
+                  // The fourth message to +100 fails once: it must hold its partition until it
+                  // succeeds.
+                  if (to == "+100" && p["seq"] == 3 && ctx.job().attempt == 1) {
+                    throw std::runtime_error("carrier busy");
+                  }
+                  order[to].push_back(p["seq"]);
+                },
+                {.retry_base = 100ms, .retry_cap = 100ms});
+  });
+  std::vector<NewJob> batch;
+  for (int seq = 0; seq < 10; ++seq) {
+    for (const char* to : {"+100", "+200", "+300", "+400", "+500"}) {
+      EnqueueOptions o;
+      o.queue = "sms";
+      o.partition_key = to;
+      batch.push_back(NewJob{"send", {{"to", to}, {"seq", seq}}, o});
+    }
+  }
+  Client(database_url(), schema_).enqueue_batch(batch);
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 50));
+  std::lock_guard lock(m);
+  EXPECT_EQ(overlap, 0) << "two jobs of one partition ran at once";
+  for (const auto& [to, seqs] : order) {
+    EXPECT_EQ(seqs, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})) << to;
+  }
+  EXPECT_GT(most_at_once, 1) << "different partitions run in parallel";
+}
+
+TEST_F(Producers, ATransactionalHandlersWritesRollBackWhenItFails) {
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE TABLE ledger (job_id bigint)");
+  }
+  RunningNode n(test_config(schema_, "solo"), [](Node& node) {
+    node.handle_tx("post", [](JobContext& ctx, pqxx::work& tx) {
+      tx.exec_params("INSERT INTO ledger VALUES ($1)", ctx.job().id);
+      if (ctx.payload().value("fail", false)) throw std::runtime_error("rejected");
+    });
+  });
+  Client client(database_url(), schema_);
+  const auto bad = client.enqueue("post", {{"fail", true}}, {.max_attempts = 2});
+  const auto good = client.enqueue("post", nlohmann::json::object());
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM dead_jobs", 1));
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 1));
+  EXPECT_EQ(count("SELECT count(*) FROM ledger WHERE job_id = " + std::to_string(bad)), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM ledger WHERE job_id = " + std::to_string(good)), 1);
+}
+
+TEST_F(Producers, ABatchOfAHundredThousandArrivesWhole) {
+  Client client(database_url(), schema_);
+  std::vector<nlohmann::json> payloads;
+  payloads.reserve(100'000);
+  for (int i = 0; i < 100'000; ++i)
+    payloads.push_back({{"i", i}});
+  const auto ids = client.enqueue_many("noop", payloads);
+  ASSERT_EQ(ids.size(), 100'000u);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 100'000);
+  EXPECT_EQ(count("SELECT count(DISTINCT payload->>'i') FROM jobs"), 100'000);
+}
+
+TEST_F(Producers, ThePayloadLimitIsConfigurable) {
+  Client client(database_url(), baton::ClientOptions{.schema = schema_, .max_payload_bytes = 100});
+  EXPECT_NO_THROW(client.enqueue("t", {{"s", std::string(50, 'x')}}));
+  try {
+    client.enqueue("t", {{"s", std::string(200, 'x')}});
+    ADD_FAILURE() << "accepted a payload over the limit";
+  } catch (const baton::EnqueueError& e) {
+    EXPECT_NE(std::string(e.what()).find("the limit is 100 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 1);
 }
 
 }  // namespace

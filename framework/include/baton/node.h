@@ -22,24 +22,28 @@ class Node {
   Node& operator=(const Node&) = delete;
 
   // Registers the handler of a job type. Registering a type twice throws std::logic_error.
-  void handle(const std::string& type, Handler handler);
+  void handle(const std::string& type, Handler handler, const HandlerOptions& options = {});
 
   // Registers a transactional handler (see TxHandler): exactly-once for its database writes.
-  void handle_tx(const std::string& type, TxHandler handler);
+  void handle_tx(const std::string& type, TxHandler handler, const HandlerOptions& options = {});
 
   // Typed form: the payload is mapped to T with nlohmann-json's from_json; a payload that does not
   // map sends the job to dead_jobs at once with the parse error.
   template <class T, class F>
-  void handle(const std::string& type, F fn) {
-    handle(type, [fn = std::move(fn)](JobContext& ctx) {
-      T value;
-      try {
-        value = nlohmann::json::parse(ctx.job().payload).get<T>();
-      } catch (const nlohmann::json::exception& e) {
-        throw PayloadError(std::string("payload does not map to the handler's type: ") + e.what());
-      }
-      fn(ctx, value);
-    });
+  void handle(const std::string& type, F fn, const HandlerOptions& options = {}) {
+    handle(
+        type,
+        [fn = std::move(fn)](JobContext& ctx) {
+          T value;
+          try {
+            value = nlohmann::json::parse(ctx.job().payload).get<T>();
+          } catch (const nlohmann::json::exception& e) {
+            throw PayloadError(std::string("payload does not map to the handler's type: ") +
+                               e.what());
+          }
+          fn(ctx, value);
+        },
+        options);
   }
 
   // Extra leadership callbacks (run after the node's own consumption starts or stops).

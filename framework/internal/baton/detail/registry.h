@@ -5,6 +5,9 @@
 #include <string>
 #include <unordered_map>
 
+#include <optional>
+
+#include "baton/detail/retry_policy.h"
 #include "baton/handler.h"
 
 namespace baton::detail {
@@ -13,13 +16,14 @@ namespace baton::detail {
 struct HandlerEntry {
   Handler plain;
   TxHandler transactional;
+  std::optional<RetryPolicy> retry;  // the node's policy when unset
 };
 
 class HandlerRegistry {
  public:
   // Throws std::logic_error when the type is registered already, or after freeze().
-  void add(const std::string& type, Handler handler);
-  void add(const std::string& type, TxHandler handler);
+  void add(const std::string& type, Handler handler, std::optional<RetryPolicy> retry = {});
+  void add(const std::string& type, TxHandler handler, std::optional<RetryPolicy> retry = {});
   const HandlerEntry* find(const std::string& type) const;
   void freeze() { frozen_ = true; }
   std::size_t size() const { return handlers_.size(); }
