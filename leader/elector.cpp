@@ -22,7 +22,7 @@ constexpr const char* kTryLockSql = "SELECT pg_try_advisory_lock(" BATON_LOCK_KE
 
 // Returns the new epoch and the previous holder (NULL on the very first grant).
 constexpr const char* kGrantSql = R"sql(
-WITH previous AS (SELECT client_id FROM locks WHERE lock_key = $1 AND region = $2)
+WITH previous AS (SELECT client_id, renewed_at FROM locks WHERE lock_key = $1 AND region = $2)
 INSERT INTO locks AS l (lock_key, region, client_id, created_date, epoch, renewed_at, expires_at,
                         holder_pid, holder_host)
 VALUES ($1, $2, $3, now(), 1, clock_timestamp(),
@@ -31,7 +31,8 @@ ON CONFLICT (lock_key, region) DO UPDATE
    SET client_id = excluded.client_id, created_date = excluded.created_date,
        epoch = l.epoch + 1, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
        holder_pid = excluded.holder_pid, holder_host = excluded.holder_host
-RETURNING epoch, (SELECT client_id FROM previous)
+RETURNING epoch, (SELECT client_id FROM previous),
+          (SELECT extract(epoch FROM clock_timestamp() - renewed_at)::float8 FROM previous)
 )sql";
 
 // A deposed leader that froze may have transactions open (a transactional handler between its
@@ -243,6 +244,7 @@ void Elector::heartbeat_loop() {
         // Followers wake at once when a leader releases its lock.
         receiver = std::make_unique<WakeReceiver>(
             *conn, detail::leader_channel(config_.connect.schema), notifications_);
+        connected_.store(true);
         if (reported_down) spdlog::info("election connection restored");
         reported_down = false;
         backoff = Millis(100);
@@ -256,6 +258,8 @@ void Elector::heartbeat_loop() {
       }
       receiver.reset();
       conn.reset();  // closing the session frees the advisory lock
+      connected_.store(false);
+      if (observer_ != nullptr) observer_->database_error("elector");
       if (!reported_down) {
         spdlog::error("election connection failed: {}; reconnecting with backoff", e.what());
         reported_down = true;
@@ -360,7 +364,10 @@ bool Elector::try_acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
   lease_deadline_ns_.store(sent + std::chrono::nanoseconds(config_.ttl).count());
   epoch_.store(epoch);
   spdlog::info("leadership GRANTED: epoch={}", epoch);
-  if (observer_ != nullptr) observer_->granted(epoch);
+  if (observer_ != nullptr) {
+    const bool takeover = !previous.empty() && previous != config_.node_id && !row[2].is_null();
+    observer_->granted(epoch, takeover ? row[2].as<double>() : -1.0);
+  }
   post({Event::granted, epoch, RevokeReason::stepped_down});
   touch_node_row(conn, true);
   if (!previous.empty() && previous != config_.node_id) end_deposed_transactions(conn, previous);
@@ -410,6 +417,7 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
     revoke(lost, RevokeReason::lost_renewal);
     throw std::runtime_error("renewal matched no lock row: another node took over");
   }
+  if (observer_ != nullptr) observer_->renewed();
   // Extend only if the watchdog did not revoke meanwhile; the lease runs from the SEND time.
   if (epoch_.load() == held_epoch) {
     lease_deadline_ns_.store(sent + std::chrono::nanoseconds(config_.ttl).count());

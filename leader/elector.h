@@ -65,6 +65,8 @@ class Elector {
   bool leading(std::int64_t epoch) const;
   bool is_leader() const;
   std::int64_t epoch() const;  // the epoch while leading, else 0
+  // True while the election session is connected to the database.
+  bool connected() const { return connected_.load(); }
 
  private:
   struct Event {
@@ -97,6 +99,7 @@ class Elector {
   std::atomic<std::int64_t> epoch_{0};              // 0 when not leading
   std::atomic<std::int64_t> lease_deadline_ns_{0};  // steady clock
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> connected_{false};
   std::atomic<bool> yield_requested_{false};
   std::chrono::steady_clock::time_point hold_off_until_{};  // heartbeat thread only
   int wake_fd_ = -1;

@@ -2,7 +2,11 @@
 // never job ids.
 #include "metrics/metrics.h"
 
+#include <chrono>
 #include <stdexcept>
+
+#include "baton/detail/enqueue_counts.h"
+#include "metrics/process_collector.h"
 
 namespace baton::metrics {
 namespace {
@@ -21,8 +25,53 @@ const prometheus::Histogram::BucketBoundaries& time_buckets() {
 
 }  // namespace
 
+// Values that only make sense at scrape time: the age of this leader's lease, and the jobs the
+// Clients of this process enqueued.
+class Metrics::Live final : public prometheus::Collectable {
+ public:
+  void lease_renewed() { renewed_ns_.store(now_ns()); }
+  void lease_lost() { renewed_ns_.store(0); }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> out;
+    prometheus::MetricFamily age{"baton_lease_age_seconds",
+                                 "Time since this leader last renewed its lease (absent on "
+                                 "followers). Above the ttl, the lease is lost.",
+                                 prometheus::MetricType::Gauge,
+                                 {}};
+    if (const auto at = renewed_ns_.load(); at != 0) {
+      prometheus::ClientMetric m;
+      m.gauge.value = static_cast<double>(now_ns() - at) / 1e9;
+      age.metric.push_back(m);
+    }
+    out.push_back(std::move(age));
+    prometheus::MetricFamily enq{"baton_jobs_enqueued_total",
+                                 "Jobs enqueued by baton::Client instances in this process.",
+                                 prometheus::MetricType::Counter,
+                                 {}};
+    for (const auto& [key, n] : detail::enqueued_counts()) {
+      prometheus::ClientMetric m;
+      m.label = {{"queue", key.first}, {"type", key.second}};
+      m.counter.value = static_cast<double>(n);
+      enq.metric.push_back(m);
+    }
+    out.push_back(std::move(enq));
+    return out;
+  }
+
+ private:
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  std::atomic<std::int64_t> renewed_ns_{0};
+};
+
 Metrics::Metrics(const std::string& node_id)
     : registry_(std::make_shared<prometheus::Registry>()),
+      process_(std::make_shared<ProcessCollector>()),
+      live_(std::make_shared<Live>()),
       started_(BuildCounter()
                    .Name("baton_jobs_started_total")
                    .Help("Job runs started by this node's handlers, by queue and type.")
@@ -51,10 +100,20 @@ Metrics::Metrics(const std::string& node_id)
                .Name("baton_job_run_seconds")
                .Help("Handler run time, by queue.")
                .Register(*registry_)),
+      total_(BuildHistogram()
+                 .Name("baton_job_end_to_end_seconds")
+                 .Help("Time from enqueue to the end of a run, by queue (database clock to "
+                       "claim, plus run time).")
+                 .Register(*registry_)),
       leadership_changes_(BuildCounter()
                               .Name("baton_leadership_changes_total")
                               .Help("Leadership grants and revokes of this node, by reason.")
                               .Register(*registry_)),
+      db_errors_(BuildCounter()
+                     .Name("baton_database_errors_total")
+                     .Help("Database errors in this node's loops, by component (elector, "
+                           "poller, completer, rescuer, pruner, depth_sampler).")
+                     .Register(*registry_)),
       leader_(BuildGauge()
                   .Name("baton_leader")
                   .Help("1 while this node is the leader, else 0.")
@@ -65,6 +124,12 @@ Metrics::Metrics(const std::string& node_id)
                  .Help("Fencing epoch of this node's current or last leadership.")
                  .Register(*registry_)
                  .Add({})),
+      last_failover_(BuildGauge()
+                         .Name("baton_last_failover_seconds")
+                         .Help("Time from the previous leader's last renewal to this node's "
+                               "grant, at this node's last takeover (database clock).")
+                         .Register(*registry_)
+                         .Add({})),
       fenced_(BuildCounter()
                   .Name("baton_fenced_total")
                   .Help("Job outcomes refused because the job belonged to a newer epoch.")
@@ -90,6 +155,16 @@ Metrics::Metrics(const std::string& node_id)
                      .Help("Handler threads running a job now.")
                      .Register(*registry_)
                      .Add({})),
+      claimed_waiting_(BuildGauge()
+                           .Name("baton_jobs_claimed_not_started")
+                           .Help("Jobs handed to the pool that no thread has started yet.")
+                           .Register(*registry_)
+                           .Add({})),
+      completer_pending_(BuildGauge()
+                             .Name("baton_completer_pending")
+                             .Help("Job outcomes waiting to be written to the database.")
+                             .Register(*registry_)
+                             .Add({})),
       depth_(BuildGauge()
                  .Name("baton_queue_depth")
                  .Help("Jobs in the live queue by state (available: due now; scheduled: run_at "
@@ -112,19 +187,26 @@ Metrics::Metrics(const std::string& node_id)
       .Set(1);
 }
 
-Metrics::~Metrics() = default;
+Metrics::~Metrics() {
+  server_.reset();
+}
 
-void Metrics::serve(const std::string& listen) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("metrics-listen: cannot serve /metrics on " + listen + " (" +
-                             e.what() + "); choose a free host:port or 'off'");
-  }
-  exposer_->RegisterCollectable(registry_);
-  const auto ports = exposer_->GetListeningPorts();
-  const auto host = listen.substr(0, listen.rfind(':'));
-  address_ = host + ":" + std::to_string(ports.empty() ? 0 : ports.front());
+void Metrics::serve(const std::string& listen, HttpServer::Readiness ready) {
+  server_ = std::make_unique<HttpServer>(
+      listen, std::vector<std::weak_ptr<prometheus::Collectable>>{registry_, process_, live_},
+      std::move(ready));
+}
+
+void Metrics::database_error(std::string_view component) {
+  db_errors_.Add({{"component", std::string(component)}}).Increment();
+}
+
+void Metrics::claimed_waiting(int count) {
+  claimed_waiting_.Set(count);
+}
+
+void Metrics::completer_pending(std::size_t count) {
+  completer_pending_.Set(static_cast<double>(count));
 }
 
 Metrics::JobSeries& Metrics::series(std::string_view queue, std::string_view type) {
@@ -138,9 +220,14 @@ Metrics::JobSeries& Metrics::series(std::string_view queue, std::string_view typ
   const std::map<std::string, std::string> qt{{"queue", std::string(queue)},
                                               {"type", std::string(type)}};
   const std::map<std::string, std::string> q{{"queue", std::string(queue)}};
-  JobSeries s{&started_.Add(qt),           &completed_.Add(qt), &failed_.Add(qt),
-              &retried_.Add(qt),           &dead_.Add(qt),      &wait_.Add(q, time_buckets()),
-              &run_.Add(q, time_buckets())};
+  JobSeries s{&started_.Add(qt),
+              &completed_.Add(qt),
+              &failed_.Add(qt),
+              &retried_.Add(qt),
+              &dead_.Add(qt),
+              &wait_.Add(q, time_buckets()),
+              &run_.Add(q, time_buckets()),
+              &total_.Add(q, time_buckets())};
   return series_.emplace(std::move(key), s).first->second;
 }
 
@@ -151,9 +238,10 @@ void Metrics::job_started(std::string_view queue, std::string_view type, double 
 }
 
 void Metrics::job_finished(std::string_view queue, std::string_view type, detail::Outcome outcome,
-                           double run_seconds) {
+                           double run_seconds, double total_seconds) {
   auto& s = series(queue, type);
   s.run->Observe(run_seconds);
+  s.total->Observe(total_seconds < 0 ? 0 : total_seconds);
   switch (outcome) {
     case detail::Outcome::completed:
       s.completed->Increment();
@@ -213,15 +301,22 @@ void Metrics::pool_busy(int busy, int threads) {
   pool_threads_.Set(threads);
 }
 
-void Metrics::granted(std::int64_t epoch) {
+void Metrics::granted(std::int64_t epoch, double failover_seconds) {
   leader_.Set(1);
+  live_->lease_renewed();
+  if (failover_seconds >= 0) last_failover_.Set(failover_seconds);
   epoch_.Set(static_cast<double>(epoch));
   leadership_changes_.Add({{"event", "granted"}, {"reason", "elected"}}).Increment();
 }
 
 void Metrics::revoked(std::int64_t, std::string_view reason) {
   leader_.Set(0);
+  live_->lease_lost();
   leadership_changes_.Add({{"event", "revoked"}, {"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::renewed() {
+  live_->lease_renewed();
 }
 
 void Metrics::renewal_failed() {

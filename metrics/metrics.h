@@ -1,10 +1,11 @@
-// Metrics: baton's Prometheus families and the /metrics endpoint (prometheus-cpp). It implements
-// the observer interfaces that worker/ and leader/ report through.
+// Metrics: baton's Prometheus families, and the node's HTTP endpoint (/metrics, /healthz,
+// /readyz). It implements the observer interfaces that worker/ and leader/ report through.
 //
 // Thread-safety: every member is safe to call from any thread (prometheus-cpp metrics are atomic;
-// label lookups are guarded by a mutex).
+// label lookups and the depth picture are guarded by a mutex).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -12,12 +13,13 @@
 #include <unordered_map>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
 #include "baton/detail/observer.h"
+#include "metrics/http_server.h"
 
 namespace baton::metrics {
 
@@ -28,26 +30,32 @@ class Metrics final : public detail::JobObserver,
   explicit Metrics(const std::string& node_id);
   ~Metrics() override;
 
-  // Serves /metrics on host:port (port 0 picks one). Throws std::runtime_error with the address
-  // when it cannot bind.
-  void serve(const std::string& listen);
+  // Serves /metrics, /healthz and /readyz on host:port (port 0 picks one). Throws
+  // std::runtime_error with the address when it cannot bind.
+  void serve(const std::string& listen, HttpServer::Readiness ready);
   // host:port actually bound, empty when not serving.
-  std::string address() const { return address_; }
+  std::string address() const { return server_ ? server_->address() : std::string(); }
+
+  // ErrorObserver
+  void database_error(std::string_view component) override;
 
   // JobObserver
   void job_started(std::string_view queue, std::string_view type, double wait_seconds) override;
   void job_finished(std::string_view queue, std::string_view type, detail::Outcome outcome,
-                    double run_seconds) override;
+                    double run_seconds, double total_seconds) override;
   void jobs_fenced(std::size_t count) override;
   void pool_busy(int busy, int threads) override;
+  void claimed_waiting(int count) override;
+  void completer_pending(std::size_t count) override;
 
   // QueueObserver
   void queue_depths(const std::vector<detail::QueueDepth>& depths) override;
   void queue_depths_cleared() override;
 
   // LeaderObserver
-  void granted(std::int64_t epoch) override;
+  void granted(std::int64_t epoch, double failover_seconds) override;
   void revoked(std::int64_t epoch, std::string_view reason) override;
+  void renewed() override;
   void renewal_failed() override;
   void evicted_holder() override;
 
@@ -60,12 +68,15 @@ class Metrics final : public detail::JobObserver,
     prometheus::Counter* dead;
     prometheus::Histogram* wait;
     prometheus::Histogram* run;
+    prometheus::Histogram* total;
   };
   JobSeries& series(std::string_view queue, std::string_view type);
+  class Live;  // values computed at scrape time
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string address_;
+  std::shared_ptr<prometheus::Collectable> process_;
+  std::shared_ptr<Live> live_;
+  std::unique_ptr<HttpServer> server_;
 
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& completed_;
@@ -74,15 +85,19 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Counter>& dead_;
   prometheus::Family<prometheus::Histogram>& wait_;
   prometheus::Family<prometheus::Histogram>& run_;
+  prometheus::Family<prometheus::Histogram>& total_;
   prometheus::Family<prometheus::Counter>& leadership_changes_;
+  prometheus::Family<prometheus::Counter>& db_errors_;
   prometheus::Gauge& leader_;
   prometheus::Gauge& epoch_;
+  prometheus::Gauge& last_failover_;
   prometheus::Counter& fenced_;
   prometheus::Counter& renewal_failures_;
   prometheus::Counter& evictions_;
   prometheus::Gauge& pool_threads_;
   prometheus::Gauge& pool_busy_;
-
+  prometheus::Gauge& claimed_waiting_;
+  prometheus::Gauge& completer_pending_;
   prometheus::Family<prometheus::Gauge>& depth_;
   prometheus::Family<prometheus::Gauge>& oldest_;
   prometheus::Family<prometheus::Gauge>& dead_jobs_;

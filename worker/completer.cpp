@@ -31,6 +31,8 @@ void Completer::add(detail::Completion done) {
   {
     std::lock_guard lock(mutex_);
     done_.push_back(done);
+    if (observer_ != nullptr)
+      observer_->completer_pending(done_.size() + failed_.size() + in_flight_);
   }
   cv_.notify_one();
 }
@@ -39,6 +41,8 @@ void Completer::add(detail::Failure failed) {
   {
     std::lock_guard lock(mutex_);
     failed_.push_back(std::move(failed));
+    if (observer_ != nullptr)
+      observer_->completer_pending(done_.size() + failed_.size() + in_flight_);
   }
   cv_.notify_one();
 }
@@ -87,6 +91,7 @@ void Completer::loop() {
     } catch (const std::exception& e) {
       ok = false;
       conn_.reset();
+      if (observer_ != nullptr) observer_->database_error("completer");
       if (!reported) {
         spdlog::error("completer: could not record {} outcomes ({}); retrying", in_flight_,
                       e.what());
@@ -96,6 +101,7 @@ void Completer::loop() {
     lock.lock();
     if (ok) {
       in_flight_ = 0;
+      if (observer_ != nullptr) observer_->completer_pending(done_.size() + failed_.size());
       flushed_cv_.notify_all();
       continue;
     }

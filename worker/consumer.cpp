@@ -15,7 +15,11 @@ Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handler
       pruner_(make_pruner(config.poller.connect, config.pruner)),
       depth_sampler_(
           make_depth_sampler(config.poller.connect, config.depth_interval, queue_observer)),
-      queue_observer_(queue_observer) {}
+      queue_observer_(queue_observer) {
+  for (auto* service : {rescuer_.get(), pruner_.get(), depth_sampler_.get()}) {
+    service->set_error_observer(observer);
+  }
+}
 
 Consumer::~Consumer() {
   shutdown(Millis(0));

@@ -25,7 +25,7 @@ std::unique_ptr<PeriodicService> make_depth_sampler(const detail::ConnectOptions
                                                     Millis interval,
                                                     detail::QueueObserver* observer) {
   return std::make_unique<PeriodicService>(
-      "depth sampler", connect, interval, [observer](pqxx::connection& conn, std::int64_t) {
+      "depth_sampler", connect, interval, [observer](pqxx::connection& conn, std::int64_t) {
         std::vector<detail::QueueDepth> depths;
         {
           pqxx::read_transaction tx(conn);

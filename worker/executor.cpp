@@ -38,12 +38,16 @@ int Executor::busy_in(const std::string& queue) const {
 
 void Executor::submit(detail::ClaimedJob job) {
   const int busy = busy_.fetch_add(1) + 1;
+  const int waiting = waiting_.fetch_add(1) + 1;
+  if (observer_ != nullptr) observer_->claimed_waiting(waiting);
   {
     std::lock_guard lock(queue_mutex_);
     ++queue_busy_[job.job.queue];
   }
   if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads);
   boost::asio::post(*pool_, [this, job = std::move(job)] {
+    const int still_waiting = waiting_.fetch_sub(1) - 1;
+    if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
     run(job);
     {
       std::lock_guard lock(queue_mutex_);
@@ -114,7 +118,8 @@ void Executor::run(const detail::ClaimedJob& claimed) {
         const bool committed = run_transactional(*entry, ctx, run_seconds);
         recorded = true;
         if (committed && observer_ != nullptr) {
-          observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds);
+          observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
+                                  claimed.since_enqueue_seconds + run_seconds);
         }
       } else {
         entry->plain(ctx);
@@ -149,7 +154,8 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   if (error.empty()) {
     completer_.add(detail::Completion{job.id, job.epoch, run_seconds, job.attempt});
     if (observer_ != nullptr) {
-      observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds);
+      observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
+                              claimed.since_enqueue_seconds + run_seconds);
     }
     return;
   }
@@ -170,7 +176,7 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   if (observer_ != nullptr) {
     observer_->job_finished(job.queue, job.type,
                             dead_reason.empty() ? detail::Outcome::retried : detail::Outcome::dead,
-                            run_seconds);
+                            run_seconds, claimed.since_enqueue_seconds + run_seconds);
   }
 }
 

@@ -66,6 +66,7 @@ class Executor {
   const std::function<void()> on_slot_free_;
 
   std::atomic<int> busy_{0};
+  std::atomic<int> waiting_{0};     // submitted, not started by a thread yet
   mutable std::mutex queue_mutex_;  // guards queue_busy_
   std::unordered_map<std::string, int> queue_busy_;
   std::atomic<bool> cancelled_{false};

@@ -46,6 +46,7 @@ void PeriodicService::loop(std::int64_t epoch) {
       failing = false;
     } catch (const std::exception& e) {
       if (detail::is_connection_error(e)) conn_.reset();
+      if (errors_ != nullptr) errors_->database_error(name_);
       if (!failing)
         spdlog::error("{}: {}; retrying every {}ms", name_, e.what(), interval_.count());
       failing = true;

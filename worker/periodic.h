@@ -15,6 +15,7 @@
 
 #include "baton/config.h"
 #include "baton/detail/db.h"
+#include "baton/detail/observer.h"
 
 namespace baton::worker {
 
@@ -29,6 +30,8 @@ class PeriodicService {
 
   void start(std::int64_t epoch);
   void stop();  // returns once the task is not running and will not run again
+  // Counts the task's failures (set before start()).
+  void set_error_observer(detail::ErrorObserver* observer) { errors_ = observer; }
 
  private:
   void loop(std::int64_t epoch);
@@ -37,6 +40,7 @@ class PeriodicService {
   const detail::ConnectOptions connect_;
   const Millis interval_;
   const Task task_;
+  detail::ErrorObserver* errors_ = nullptr;
   std::unique_ptr<pqxx::connection> conn_;  // used by the service thread only
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -114,6 +114,7 @@ void Poller::loop(std::int64_t epoch) {
     } catch (const std::exception& e) {
       receiver_.reset();
       conn_.reset();
+      if (observer_ != nullptr) observer_->database_error("poller");
       if (!reported) {
         spdlog::error("poller: {}; retrying with backoff", e.what());
         reported = true;

@@ -42,6 +42,7 @@ struct Node::Impl {
   // What other threads read: set once the elector exists, cleared before it goes away.
   std::atomic<leader::Elector*> live_elector{nullptr};
   std::atomic<bool> metrics_ready{false};
+  std::atomic<bool> schema_ready{false};
   std::string metrics_address;  // written before metrics_ready
 
   detail::ConnectOptions connect_options() const {
@@ -179,13 +180,19 @@ void Node::run() {
   s.metrics = std::make_unique<metrics::Metrics>(c.node_id);
   s.metrics->pool_busy(0, c.threads);
   if (c.metrics_listen != "off") {
-    s.metrics->serve(c.metrics_listen);
+    s.metrics->serve(c.metrics_listen, [&s]() -> std::string {
+      if (!s.schema_ready.load()) return "database not reached yet, or schema not checked";
+      auto* e = s.live_elector.load();
+      if (e == nullptr || !e->connected()) return "the election session is not connected";
+      return "";
+    });
     s.metrics_address = s.metrics->address();
     s.metrics_ready.store(true);
     spdlog::info("serving metrics on http://{}/metrics", s.metrics_address);
   }
 
   if (!s.prepare_schema()) return;
+  s.schema_ready.store(true);
   s.registry.freeze();
 
   worker::ConsumerConfig wc;

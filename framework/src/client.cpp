@@ -4,6 +4,7 @@
 #include "baton/client.h"
 
 #include "baton/detail/db.h"
+#include "baton/detail/enqueue_counts.h"
 
 namespace baton {
 namespace {
@@ -191,6 +192,10 @@ std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs)
   pqxx::work tx(*impl_->conn);
   auto ids = run_enqueue(tx, jobs, impl_->options);
   tx.commit();
+  if (ids.size() == jobs.size()) {
+    for (const auto& j : jobs)
+      detail::count_enqueued(j.options.queue, j.type, 1);
+  }
   return ids;
 }
 
@@ -229,6 +234,7 @@ std::vector<std::int64_t> Client::enqueue_copies(std::string_view type,
                              static_cast<int>(options.timeout.count()), count,
                              detail::jobs_channel(impl_->options.schema));
   tx.commit();
+  detail::count_enqueued(options.queue, std::string(type), static_cast<std::int64_t>(rows.size()));
   std::vector<std::int64_t> ids;
   ids.reserve(rows.size());
   for (const auto& r : rows)

@@ -30,7 +30,8 @@ UPDATE jobs j
            FOR UPDATE SKIP LOCKED) c
  WHERE j.id = c.id
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
-          coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8
+          coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
+          extract(epoch FROM now() - j.created_at)::float8
 )sql";
 
 constexpr const char* kRescueSql = R"sql(
@@ -153,6 +154,7 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
     c.job.epoch = epoch;
     c.timeout_ms = r[6].as<int>();
     c.wait_seconds = r[7].as<double>();
+    c.since_enqueue_seconds = r[8].as<double>();
     out.push_back(std::move(c));
   }
   return out;

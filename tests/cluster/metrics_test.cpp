@@ -46,6 +46,17 @@ TEST(Metrics, ScrapePassesPromtoolAndCountsEveryJob) {
   EXPECT_EQ(metric_sum(page, "baton_leader"), 1);
   EXPECT_EQ(metric_sum(page, "baton_leader_epoch"), 1);
   EXPECT_EQ(metric_sum(page, "baton_pool_threads"), 4);
+  EXPECT_EQ(metric_sum(page, "baton_job_end_to_end_seconds_count"), 60);
+  EXPECT_EQ(metric_sum(page, "baton_job_wait_seconds_count"), 60);
+  EXPECT_EQ(metric_sum(page, "baton_jobs_claimed_not_started"), 0);
+  EXPECT_GT(metric_sum(page, "process_resident_memory_bytes"), 1e6);
+  EXPECT_GT(metric_sum(page, "process_open_fds"), 3);
+  EXPECT_GT(metric_sum(page, "process_start_time_seconds"), 1.7e9);
+  EXPECT_NE(page.find("\nbaton_lease_age_seconds "), std::string::npos) << "the leader reports it";
+  EXPECT_LT(metric_sum(page, "baton_lease_age_seconds"), 2.0) << "renewed within the ttl";
+  EXPECT_EQ(page.find("job=\""), std::string::npos) << "no job ids in labels";
+  EXPECT_EQ(http_get(addr, "/healthz"), "ok\n");
+  EXPECT_EQ(http_get(addr, "/readyz"), "ready\n");
   EXPECT_NE(page.find("baton_jobs_completed_total{queue=\"mq\",type=\"noop\"} 50"),
             std::string::npos)
       << page;
@@ -114,6 +125,40 @@ TEST(Metrics, QueueDepthMatchesTheTableAndFollowersDoNotReportIt) {
       20s))
       << page;
   EXPECT_EQ(series(page, R"(baton_queue_depth{queue="held",state="scheduled"})"), 3);
+}
+
+}  // namespace
+
+namespace {
+
+using namespace baton::test;
+
+TEST(Metrics, ANodeWithoutItsDatabaseIsAliveButNotReady) {
+  const std::string dir = temp_dir("unready");
+  // Port 1 on loopback: nothing listens there.
+  Process node({binary("batond"), "--database-url", "postgresql://baton@127.0.0.1:1/baton",
+                "--metrics-listen", "127.0.0.1:0", "--node-id", "lonely"},
+               dir + "/lonely.log");
+  std::string addr;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const auto log = node.log();
+        const auto at = log.find("serving metrics on http://");
+        if (at == std::string::npos) return false;
+        addr = log.substr(at + 26, log.find("/metrics", at) - at - 26);
+        return true;
+      },
+      10s))
+      << node.log();
+  EXPECT_EQ(http_get(addr, "/healthz"), "ok\n");
+  EXPECT_EQ(http_get(addr, "/readyz"), "") << "503 is not a 200";
+  std::string out;
+  run_command("curl -s -o /dev/null -w '%{http_code}' http://" + addr + "/readyz", &out);
+  EXPECT_EQ(out, "503");
+  EXPECT_TRUE(
+      wait_for([&] { return node.log().find("database unreachable") != std::string::npos; }, 10s))
+      << node.log();
+  EXPECT_TRUE(node.running()) << "an unreachable database is not fatal";
 }
 
 }  // namespace

@@ -15,8 +15,9 @@ namespace baton::detail {
 
 struct ClaimedJob {
   Job job;
-  int timeout_ms = 0;  // 0: none
-  double wait_seconds = 0;
+  int timeout_ms = 0;                // 0: none
+  double wait_seconds = 0;           // run_at to claim
+  double since_enqueue_seconds = 0;  // created_at to claim
 };
 
 struct LockName {

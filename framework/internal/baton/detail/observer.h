@@ -1,6 +1,6 @@
 // Interfaces through which the worker and the elector report what happens, so that metrics/ can
 // count it without either of them knowing about Prometheus. Implementations must be thread-safe:
-// they are called from the pool, the poller, the completer and the elector at once.
+// they are called from the pool, the poller, the completer, the services and the elector at once.
 #pragma once
 
 #include <cstddef>
@@ -13,15 +13,26 @@ namespace baton::detail {
 
 enum class Outcome { completed, retried, dead };
 
-class JobObserver {
+class ErrorObserver {
  public:
-  virtual ~JobObserver() = default;
+  virtual ~ErrorObserver() = default;
+  // A database error in one of the node's loops (`component`: elector, poller, completer, ...).
+  virtual void database_error(std::string_view component) = 0;
+};
+
+class JobObserver : public virtual ErrorObserver {
+ public:
   virtual void job_started(std::string_view queue, std::string_view type, double wait_seconds) = 0;
+  // `total_seconds`: from enqueue to the end of this run.
   virtual void job_finished(std::string_view queue, std::string_view type, Outcome outcome,
-                            double run_seconds) = 0;
+                            double run_seconds, double total_seconds) = 0;
   // Outcomes the database refused because the job was no longer this epoch's.
   virtual void jobs_fenced(std::size_t count) = 0;
   virtual void pool_busy(int busy, int threads) = 0;
+  // Jobs handed to the pool that no thread has started yet.
+  virtual void claimed_waiting(int count) = 0;
+  // Outcomes waiting to be written by the completer.
+  virtual void completer_pending(std::size_t count) = 0;
 };
 
 struct QueueDepth {
@@ -42,11 +53,13 @@ class QueueObserver {
   virtual void queue_depths_cleared() = 0;
 };
 
-class LeaderObserver {
+class LeaderObserver : public virtual ErrorObserver {
  public:
-  virtual ~LeaderObserver() = default;
-  virtual void granted(std::int64_t epoch) = 0;
+  // `failover_seconds`: from the previous holder's last renewal to this grant (database clock);
+  // negative when there was no previous holder or it was this node.
+  virtual void granted(std::int64_t epoch, double failover_seconds) = 0;
   virtual void revoked(std::int64_t epoch, std::string_view reason) = 0;
+  virtual void renewed() = 0;
   virtual void renewal_failed() = 0;
   virtual void evicted_holder() = 0;
 };
