@@ -21,6 +21,10 @@ SELECT queue, coalesce(available, 0), coalesce(scheduled, 0), coalesce(running, 
 
 }  // namespace
 
+const char* depth_sql() {
+  return kDepthSql;
+}
+
 std::unique_ptr<PeriodicService> make_depth_sampler(const detail::ConnectOptions& connect,
                                                     Millis interval,
                                                     detail::QueueObserver* observer) {

@@ -10,6 +10,9 @@
 
 namespace baton::worker {
 
+// The statement one sample runs (for benchmarks).
+const char* depth_sql();
+
 std::unique_ptr<PeriodicService> make_depth_sampler(const detail::ConnectOptions& connect,
                                                     Millis interval,
                                                     detail::QueueObserver* observer);

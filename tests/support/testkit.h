@@ -57,6 +57,9 @@ double metric_sum(const std::string& page, const std::string& name);
 // Path to a built binary, from the BATON_BIN_DIR compile definition.
 std::string binary(const std::string& name);
 
+// A free TCP port on 127.0.0.1 (bound and released: another process could take it meanwhile).
+int free_port();
+
 // A temporary directory for this test's logs.
 std::string temp_dir(const std::string& what);
 
