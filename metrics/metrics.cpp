@@ -165,11 +165,13 @@ Metrics::Metrics(const std::string& node_id)
                              .Help("Job outcomes waiting to be written to the database.")
                              .Register(*registry_)
                              .Add({})),
-      depth_(BuildGauge()
-                 .Name("baton_queue_depth")
-                 .Help("Jobs in the live queue by state (available: due now; scheduled: run_at "
-                       "in the future; running). Exact counts sampled by the leader only.")
-                 .Register(*registry_)),
+      depth_(
+          BuildGauge()
+              .Name("baton_queue_depth")
+              .Help("Jobs in the live queue by state (available: due now; scheduled: run_at "
+                    "in the future; running). Exact counts sampled by the leader only, every 5 s "
+                    "or every 20x the last sample's duration when longer.")
+              .Register(*registry_)),
       oldest_(BuildGauge()
                   .Name("baton_queue_oldest_available_seconds")
                   .Help("Age of the oldest due, unclaimed job per queue (0 when none). Sampled "

@@ -1,6 +1,8 @@
 // PeriodicService: a leader-only maintenance loop (see periodic.h).
 #include "worker/periodic.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 namespace baton::worker {
@@ -39,6 +41,7 @@ void PeriodicService::loop(std::int64_t epoch) {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     lock.unlock();
+    const auto began = std::chrono::steady_clock::now();
     try {
       if (!conn_) conn_ = detail::connect(connect_);
       task_(*conn_, epoch);
@@ -51,8 +54,11 @@ void PeriodicService::loop(std::int64_t epoch) {
         spdlog::error("{}: {}; retrying every {}ms", name_, e.what(), interval_.count());
       failing = true;
     }
+    const auto took = std::chrono::steady_clock::now() - began;
+    const auto pause =
+        std::max<std::chrono::steady_clock::duration>(interval_, took * cost_factor_);
     lock.lock();
-    cv_.wait_for(lock, interval_, [this] { return stopping_; });
+    cv_.wait_for(lock, pause, [this] { return stopping_; });
   }
 }
 

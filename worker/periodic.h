@@ -32,6 +32,9 @@ class PeriodicService {
   void stop();  // returns once the task is not running and will not run again
   // Counts the task's failures (set before start()).
   void set_error_observer(detail::ErrorObserver* observer) { errors_ = observer; }
+  // Waits at least `factor` times the last run's duration between runs (0: the interval only),
+  // so that an expensive task keeps its share of the database bounded (set before start()).
+  void set_cost_factor(int factor) { cost_factor_ = factor; }
 
  private:
   void loop(std::int64_t epoch);
@@ -41,6 +44,7 @@ class PeriodicService {
   const Millis interval_;
   const Task task_;
   detail::ErrorObserver* errors_ = nullptr;
+  int cost_factor_ = 0;
   std::unique_ptr<pqxx::connection> conn_;  // used by the service thread only
   std::mutex mutex_;
   std::condition_variable cv_;
