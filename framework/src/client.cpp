@@ -3,34 +3,19 @@
 // names baton's schema explicitly, so it also runs inside a caller's transaction.
 #include "baton/client.h"
 
+#include <cstdio>
+#include <ctime>
+
 #include "baton/detail/db.h"
 #include "baton/detail/enqueue_counts.h"
 
 namespace baton {
 namespace {
 
-// $1: the jobs as a JSON array of objects; $2: the wake-up channel.
-constexpr const char* kEnqueueSql = R"sql(
-WITH input AS (
-  SELECT e->>'queue' AS queue, e->>'type' AS type, e->'payload' AS payload,
-         (e->>'priority')::int AS priority, (e->>'delay_ms')::bigint AS delay_ms,
-         (e->>'run_at_epoch')::float8 AS run_at_epoch, (e->>'max_attempts')::int AS max_attempts,
-         e->>'partition_key' AS partition_key, e->>'idempotency_key' AS idempotency_key,
-         (e->>'timeout_ms')::int AS timeout_ms, ord
-    FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS a(e, ord)),
-ins AS (
-  INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, partition_key,
-                      partition, idempotency_key, timeout_ms)
-  SELECT queue, type, payload, priority,
-         coalesce(to_timestamp(run_at_epoch), now() + delay_ms * interval '1 millisecond'),
-         max_attempts,
-         partition_key, @.job_partition(queue, partition_key), idempotency_key, timeout_ms
-    FROM input ORDER BY ord
-  ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING id, queue),
-wake AS (SELECT count(pg_notify($2, q)) AS n FROM (SELECT DISTINCT queue AS q FROM ins) d)
-SELECT id FROM ins WHERE (SELECT n FROM wake) >= 0 ORDER BY id
-)sql";
+// Validation, defaults and the insert live in the SQL API (sql/0004_sql_api.sql): one definition
+// for every producer, C++ or not.
+constexpr const char* kEnqueueSql = "SELECT * FROM @.enqueue_many($1::jsonb)";
+constexpr const char* kValidateSql = "SELECT @.validate_jobs($1::jsonb)";
 
 constexpr const char* kExistingSql =
     "SELECT id FROM @.jobs WHERE queue = $1 AND idempotency_key = $2";
@@ -66,27 +51,9 @@ std::string quote_schema(const std::string& schema) {
   return "\"" + schema + "\"";
 }
 
+// Serialises the payload and applies this client's own size cap (the database applies its
+// limit too). Names and options are checked by the SQL API.
 void check(const NewJob& job, std::size_t max_payload, std::string* payload_text) {
-  const auto& o = job.options;
-  validate_name("queue", o.queue);
-  validate_name("type", job.type);
-  if (o.priority < -32768 || o.priority > 32767) {
-    throw EnqueueError("priority " + std::to_string(o.priority) +
-                       " is out of range; use -32768..32767 (lower runs first)");
-  }
-  if (o.max_attempts < 1 || o.max_attempts > 1000) {
-    throw EnqueueError("max_attempts " + std::to_string(o.max_attempts) +
-                       " is out of range; use 1..1000");
-  }
-  if (o.delay.count() < 0) throw EnqueueError("delay must not be negative");
-  if (o.delay > std::chrono::hours(24 * 365 * 100)) {
-    throw EnqueueError("delay is over 100 years; use run_at for far-off dates");
-  }
-  if (o.timeout.count() < 0 || o.timeout.count() > 2'000'000'000) {
-    throw EnqueueError("timeout must be 0 (none) .. 2000000000 ms");
-  }
-  if (o.partition_key.size() > 256) throw EnqueueError("partition_key is over 256 bytes");
-  if (o.idempotency_key.size() > 256) throw EnqueueError("idempotency_key is over 256 bytes");
   try {
     *payload_text = job.payload.dump();
   } catch (const nlohmann::json::exception& e) {
@@ -98,6 +65,35 @@ void check(const NewJob& job, std::size_t max_payload, std::string* payload_text
                        " bytes; the limit is " + std::to_string(max_payload) +
                        " bytes: store large data elsewhere and enqueue a reference to it");
   }
+}
+
+// Runs `fn`, turning the SQL API's validation errors (SQLSTATE BTxxx) into EnqueueError.
+template <class F>
+auto translating(F fn) {
+  try {
+    return fn();
+  } catch (const pqxx::sql_error& e) {
+    if (e.sqlstate().rfind("BT", 0) != 0) throw;
+    std::string message = e.what();
+    const auto error = message.find("ERROR:  ");
+    if (error != std::string::npos) message = message.substr(error + 8);
+    while (!message.empty() && message.back() == '\n')
+      message.pop_back();
+    throw EnqueueError(message);
+  }
+}
+
+std::string utc_text(std::chrono::system_clock::time_point t) {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<long long>(us % 1'000'000));
+  return buf;
 }
 
 // The jobs as the JSON array kEnqueueSql reads.
@@ -113,10 +109,7 @@ std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
                        {"priority", o.priority},
                        {"delay_ms", o.delay.count()},
                        {"max_attempts", o.max_attempts}};
-    if (o.run_at) {
-      // An absolute time, as seconds since the Unix epoch; PostgreSQL's to_timestamp() reads it.
-      row["run_at_epoch"] = std::chrono::duration<double>(o.run_at->time_since_epoch()).count();
-    }
+    if (o.run_at) row["run_at"] = utc_text(*o.run_at);
     if (!o.partition_key.empty()) row["partition_key"] = o.partition_key;
     if (!o.idempotency_key.empty()) row["idempotency_key"] = o.idempotency_key;
     if (o.timeout.count() > 0) row["timeout_ms"] = o.timeout.count();
@@ -129,9 +122,9 @@ std::vector<std::int64_t> run_enqueue(pqxx::transaction_base& tx, const std::vec
                                       const ClientOptions& options) {
   if (jobs.empty()) return {};
   const std::string schema = quote_schema(options.schema);
+  const std::string encoded = encode(jobs, options.max_payload_bytes);
   auto rows =
-      tx.exec_params(with_schema(kEnqueueSql, schema), encode(jobs, options.max_payload_bytes),
-                     detail::jobs_channel(options.schema));
+      translating([&] { return tx.exec_params(with_schema(kEnqueueSql, schema), encoded); });
   std::vector<std::int64_t> ids;
   ids.reserve(rows.size());
   for (const auto& r : rows)
@@ -228,6 +221,12 @@ std::vector<std::int64_t> Client::enqueue_copies(std::string_view type,
   std::string text;
   check(NewJob{std::string(type), payload, options}, impl_->options.max_payload_bytes, &text);
   pqxx::work tx(*impl_->conn);
+  const std::string schema = quote_schema(impl_->options.schema);
+  translating([&] {
+    return tx.exec_params(
+        with_schema(kValidateSql, schema),
+        encode({NewJob{std::string(type), payload, options}}, impl_->options.max_payload_bytes));
+  });
   auto rows = tx.exec_params(with_schema(kCopiesSql, quote_schema(impl_->options.schema)),
                              options.queue, std::string(type), text, options.priority,
                              static_cast<std::int64_t>(options.delay.count()), options.max_attempts,

@@ -1,0 +1,256 @@
+// The SQL API (sql/0004_sql_api.sql) against a real PostgreSQL: what producers in any language
+// rely on, including a Node.js script with the pg package and a role allowed only to EXECUTE.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "baton/detail/db.h"
+#include "baton/detail/migrations.h"
+#include "support/node_runner.h"
+#include "support/support.h"
+
+namespace {
+
+using namespace baton::test;
+using baton::JobContext;
+using baton::Node;
+
+class SqlApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
+    baton::detail::migrate(*conn, schema_);
+    db_ = connect(schema_);
+  }
+  long long count(const std::string& sql) { return query_int(*db_, sql); }
+  // The SQLSTATE and message of a statement that must fail.
+  std::pair<std::string, std::string> error_of(const std::string& sql) {
+    try {
+      pqxx::nontransaction tx(*db_);
+      tx.exec(sql);
+    } catch (const pqxx::sql_error& e) {
+      return {e.sqlstate(), e.what()};
+    }
+    return {"", "no error"};
+  }
+  std::string schema_;
+  std::unique_ptr<pqxx::connection> db_;
+};
+
+TEST_F(SqlApi, AJobEnqueuedInSqlIsProcessedByARunningNode) {
+  std::atomic<int> seen{0};
+  RunningNode n(test_config(schema_, "solo"), [&](Node& node) {
+    node.handle("greet", [&](JobContext& ctx) {
+      if (ctx.payload()["name"] == "ada") ++seen;
+    });
+  });
+  const auto id = count(
+      "SELECT enqueue('default', 'greet', '{\"name\": \"ada\"}', priority => 5, "
+      "max_attempts => 3)");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id)) == 1;
+      },
+      20s));
+  EXPECT_EQ(seen.load(), 1);
+  EXPECT_EQ(count("SELECT priority FROM job_history"), 5);
+}
+
+TEST_F(SqlApi, BadArgumentsRaiseDocumentedSqlstatesWithTheFix) {
+  auto [state, message] = error_of("SELECT enqueue('bad queue', 't')");
+  EXPECT_EQ(state, "BT001");
+  EXPECT_NE(message.find("queue name 'bad queue' is not allowed"), std::string::npos) << message;
+  std::tie(state, message) = error_of("SELECT enqueue('q', 'x''; DROP TABLE jobs; --')");
+  EXPECT_EQ(state, "BT001") << message;
+  std::tie(state, message) = error_of("SELECT enqueue('q', 't', priority => 99999)");
+  EXPECT_EQ(state, "BT003");
+  EXPECT_NE(message.find("priority 99999 is out of range"), std::string::npos) << message;
+  std::tie(state, message) = error_of("SELECT enqueue('q', 't', max_attempts => 0)");
+  EXPECT_EQ(state, "BT003") << message;
+  std::tie(state, message) = error_of("SELECT enqueue('q', 't', timeout_ms => -5)");
+  EXPECT_EQ(state, "BT003") << message;
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("UPDATE settings SET value = '64' WHERE key = 'max_payload_bytes'");
+  }
+  std::tie(state, message) =
+      error_of("SELECT enqueue('q', 't', jsonb_build_object('s', repeat('x', 100)))");
+  EXPECT_EQ(state, "BT002");
+  EXPECT_NE(message.find("the limit is 64 bytes"), std::string::npos) << message;
+  std::tie(state, message) = error_of("SELECT enqueue_many('{\"not\": \"an array\"}')");
+  EXPECT_EQ(state, "BT003") << message;
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "a refused enqueue inserts nothing";
+}
+
+TEST_F(SqlApi, TheNameRuleIsTheSameInCppAndSql) {
+  for (const char* name : {"default", "a", "billing.v2", "tenant:42", "a-b_c", "9lives", "", "_x",
+                           "-x", "has space", "semi;colon", "quote'd", "caf\xc3\xa9",
+                           "0123456789012345678901234567890123456789012345678901234567890123",
+                           "01234567890123456789012345678901234567890123456789012345678901234"}) {
+    bool cpp_ok = true;
+    try {
+      baton::validate_name("queue", name);
+    } catch (const baton::EnqueueError&) {
+      cpp_ok = false;
+    }
+    pqxx::work tx(*db_);
+    bool sql_ok = true;
+    try {
+      tx.exec_params("SELECT check_name('queue', $1)", std::string(name));
+    } catch (const pqxx::sql_error&) {
+      sql_ok = false;
+    }
+    EXPECT_EQ(cpp_ok, sql_ok) << "'" << name << "'";
+  }
+}
+
+TEST_F(SqlApi, AnIdempotencyKeyReturnsTheLiveJob) {
+  const auto first = count("SELECT enqueue('q', 't', idempotency_key => 'k1')");
+  EXPECT_EQ(count("SELECT enqueue('q', 't', idempotency_key => 'k1')"), first);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 1);
+}
+
+TEST_F(SqlApi, EnqueueManyOfTenThousandArrivesWholeAndWakesTheLeaderOnce) {
+  pqxx::connection listener(database_url());
+  struct Counter : pqxx::notification_receiver {
+    using pqxx::notification_receiver::notification_receiver;
+    void operator()(const std::string&, int) override { ++count; }
+    int count = 0;
+  } wakeups(listener, schema_ + "_jobs");
+  EXPECT_EQ(count("SELECT count(*) FROM enqueue_many((SELECT jsonb_agg(jsonb_build_object("
+                  "'type', 'noop', 'payload', jsonb_build_object('i', i))) "
+                  "FROM generate_series(1, 10000) i))"),
+            10000);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 10000);
+  // Another notification on the channel marks the end of what the batch sent.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("SELECT pg_notify(current_schema() || '_jobs', 'end')");
+  }
+  ASSERT_TRUE(wait_for(
+      [&] {
+        listener.get_notifs();
+        return wakeups.count >= 2;
+      },
+      10s));
+  EXPECT_EQ(wakeups.count, 2) << "one wake-up for the batch, one for the marker";
+}
+
+TEST_F(SqlApi, ATriggerEnqueuesInTheSameTransaction) {
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE TABLE orders (id bigint PRIMARY KEY, email text)");
+    tx.exec(
+        "CREATE FUNCTION order_placed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "PERFORM enqueue('mail', 'send_email', jsonb_build_object('to', NEW.email, "
+        "'order', NEW.id), idempotency_key => 'order-' || NEW.id); RETURN NEW; END $$");
+    tx.exec(
+        "CREATE TRIGGER order_placed AFTER INSERT ON orders "
+        "FOR EACH ROW EXECUTE FUNCTION order_placed()");
+  }
+  {
+    pqxx::work tx(*db_);
+    tx.exec("INSERT INTO orders VALUES (1, 'ada@example.com')");
+    tx.abort();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "the rolled-back order left a job";
+  {
+    pqxx::work tx(*db_);
+    tx.exec("INSERT INTO orders VALUES (2, 'bob@example.com')");
+    tx.commit();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE payload->>'to' = 'bob@example.com'"), 1);
+}
+
+TEST_F(SqlApi, ARoleWithOnlyExecuteCanEnqueueButNotTouchTables) {
+  const std::string role = schema_.substr(0, 40) + "_producer";
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE ROLE " + role + " LOGIN");
+    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
+    tx.exec(
+        "GRANT EXECUTE ON FUNCTION enqueue(text, text, jsonb, int, timestamptz, int, text, "
+        "text, int) TO " +
+        role);
+  }
+  auto url = baton::describe_database_url(database_url());
+  url = url.substr(0, url.find(" user=")) + " user=" + role;
+  pqxx::connection producer(url);
+  auto as_producer = [&](const std::string& sql) -> std::string {
+    try {
+      pqxx::nontransaction tx(producer);
+      return tx.exec(sql)[0][0].c_str();
+    } catch (const pqxx::sql_error& e) {
+      return std::string("error: ") + e.what();
+    }
+  };
+  const auto id =
+      as_producer("SELECT " + schema_ + ".enqueue('q', 'noop', '{\"via\": \"execute only\"}')");
+  EXPECT_GT(std::atoll(id.c_str()), 0) << id;
+  EXPECT_NE(as_producer("SELECT count(*) FROM " + schema_ + ".jobs").find("permission denied"),
+            std::string::npos)
+      << "the producer role could read the jobs table";
+  EXPECT_NE(as_producer("SELECT " + schema_ + ".enqueue_many('[]')").find("permission denied"),
+            std::string::npos)
+      << "EXECUTE was granted on enqueue only";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE payload->>'via' = 'execute only'"), 1);
+}
+
+TEST_F(SqlApi, ANodeScriptWithThePgPackageEnqueuesAndSeesTheJobFinish) {
+  std::string out;
+  if (run_command("command -v node && command -v npm", &out) != 0) {
+    GTEST_SKIP() << "node and npm are not installed on this machine";
+  }
+  RunningNode n(test_config(schema_, "solo"),
+                [](Node& node) { node.handle("from_node", [](JobContext&) {}); });
+  const std::string dir = temp_dir("node_pg");
+  std::ofstream(dir + "/enqueue.js") << R"js(
+const { Client } = require('pg');
+(async () => {
+  const [url, schema] = process.argv.slice(2);
+  const db = new Client({ connectionString: url });
+  await db.connect();
+  const { rows } = await db.query(
+    `SELECT ${schema}.enqueue($1, $2, $3::jsonb, priority => $4) AS id`,
+    ['default', 'from_node', JSON.stringify({ lang: 'javascript' }), 1]);
+  const id = rows[0].id;
+  for (let i = 0; i < 200; i++) {
+    const done = await db.query(`SELECT 1 FROM ${schema}.job_history WHERE id = $1`, [id]);
+    if (done.rowCount === 1) { console.log(`job ${id} finished`); await db.end(); return; }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  console.error(`job ${id} did not finish`);
+  process.exit(1);
+})().catch((e) => { console.error(e.message); process.exit(1); });
+)js";
+  ASSERT_EQ(run_command("cd " + dir + " && npm install --silent --no-audit --no-fund pg@8", &out),
+            0)
+      << out;
+  ASSERT_EQ(
+      run_command(
+          "cd " + dir + " && timeout 60 node enqueue.js '" + database_url() + "' " + schema_, &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("finished"), std::string::npos) << out;
+}
+
+TEST_F(SqlApi, ViewsShowQueuesAndRecentFailures) {
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("SELECT enqueue('q', 't')");
+    tx.exec("SELECT enqueue('q', 't', run_at => now() + interval '1 hour')");
+    tx.exec(
+        "INSERT INTO dead_jobs (id, queue, type, payload, priority, attempts, max_attempts, "
+        "created_at, reason, last_error) VALUES (999, 'q', 't', '{}', 0, 3, 3, now(), "
+        "'exhausted', 'boom')");
+  }
+  EXPECT_EQ(count("SELECT available FROM queue_stats WHERE queue = 'q'"), 1);
+  EXPECT_EQ(count("SELECT scheduled FROM queue_stats WHERE queue = 'q'"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM recent_failures WHERE last_error = 'boom' AND "
+                  "status = 'dead: exhausted'"),
+            1);
+}
+
+}  // namespace
