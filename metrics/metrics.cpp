@@ -180,7 +180,16 @@ Metrics::Metrics(const std::string& node_id)
       dead_jobs_(BuildGauge()
                      .Name("baton_dead_jobs")
                      .Help("Rows in dead_jobs per queue. Sampled by the leader only.")
-                     .Register(*registry_)) {
+                     .Register(*registry_)),
+      schedule_lag_(BuildGauge()
+                        .Name("baton_schedule_lag_seconds")
+                        .Help("How late this leader enqueued the last tick of a schedule, after "
+                              "its scheduled time (database clock).")
+                        .Register(*registry_)),
+      schedule_ticks_(BuildCounter()
+                          .Name("baton_schedule_ticks_total")
+                          .Help("Ticks of a schedule this node enqueued.")
+                          .Register(*registry_)) {
   BuildGauge()
       .Name("baton_node_info")
       .Help("Constant 1, labelled with this node's id.")
@@ -292,6 +301,12 @@ void Metrics::queue_depths_cleared() {
     dead_jobs_.Remove(&dead_jobs_.Add({{"queue", q}}));
   }
   sampled_queues_.clear();
+}
+
+void Metrics::tick_enqueued(std::string_view schedule, double lag_seconds) {
+  const std::map<std::string, std::string> labels{{"schedule", std::string(schedule)}};
+  schedule_lag_.Add(labels).Set(lag_seconds);
+  schedule_ticks_.Add(labels).Increment();
 }
 
 void Metrics::jobs_fenced(std::size_t count) {

@@ -25,7 +25,8 @@ namespace baton::metrics {
 
 class Metrics final : public detail::JobObserver,
                       public detail::LeaderObserver,
-                      public detail::QueueObserver {
+                      public detail::QueueObserver,
+                      public detail::ScheduleObserver {
  public:
   explicit Metrics(const std::string& node_id);
   ~Metrics() override;
@@ -51,6 +52,9 @@ class Metrics final : public detail::JobObserver,
   // QueueObserver
   void queue_depths(const std::vector<detail::QueueDepth>& depths) override;
   void queue_depths_cleared() override;
+
+  // ScheduleObserver
+  void tick_enqueued(std::string_view schedule, double lag_seconds) override;
 
   // LeaderObserver
   void granted(std::int64_t epoch, double failover_seconds) override;
@@ -101,6 +105,8 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Gauge>& depth_;
   prometheus::Family<prometheus::Gauge>& oldest_;
   prometheus::Family<prometheus::Gauge>& dead_jobs_;
+  prometheus::Family<prometheus::Gauge>& schedule_lag_;
+  prometheus::Family<prometheus::Counter>& schedule_ticks_;
 
   std::mutex mutex_;  // guards series_ and sampled_queues_
   std::unordered_map<std::string, JobSeries> series_;

@@ -7,6 +7,7 @@ namespace baton::worker {
 
 Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handlers,
                    detail::JobObserver* observer, detail::QueueObserver* queue_observer,
+                   detail::ScheduleObserver* schedule_observer,
                    std::function<bool(std::int64_t)> still_leading)
     : completer_(config.poller.connect, observer),
       executor_(config.executor, handlers, completer_, observer, [this] { poller_.wake(); }),
@@ -21,6 +22,11 @@ Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handler
   }
   // At most ~5 % of a database core on counting, however large the queue grows.
   depth_sampler_->set_cost_factor(20);
+  if (!config.periodic.empty()) {
+    periodic_enqueuer_ = make_periodic_enqueuer(config.poller.connect, std::move(config.periodic),
+                                                schedule_observer);
+    periodic_enqueuer_->set_error_observer(observer);
+  }
 }
 
 Consumer::~Consumer() {
@@ -38,6 +44,7 @@ void Consumer::granted(std::int64_t epoch) {
   poller_.start(epoch);
   pruner_->start(epoch);
   depth_sampler_->start(epoch);
+  if (periodic_enqueuer_) periodic_enqueuer_->start(epoch);
   spdlog::info("consuming: epoch={}", epoch);
 }
 
@@ -47,6 +54,7 @@ void Consumer::revoked(std::int64_t epoch) {
   rescuer_->stop();
   pruner_->stop();
   depth_sampler_->stop();
+  if (periodic_enqueuer_) periodic_enqueuer_->stop();
   if (queue_observer_ != nullptr) queue_observer_->queue_depths_cleared();
   executor_.cancel(true);
   spdlog::info("stopped consuming: epoch={}", epoch);
@@ -67,6 +75,7 @@ void Consumer::shutdown(Millis flush_deadline) {
   rescuer_->stop();
   pruner_->stop();
   depth_sampler_->stop();
+  if (periodic_enqueuer_) periodic_enqueuer_->stop();
   executor_.cancel(true);
   completer_.stop(flush_deadline);
 }

@@ -13,6 +13,7 @@
 #include "worker/completer.h"
 #include "worker/depth_sampler.h"
 #include "worker/executor.h"
+#include "worker/periodic_enqueuer.h"
 #include "worker/poller.h"
 #include "worker/pruner.h"
 #include "worker/rescuer.h"
@@ -25,12 +26,14 @@ struct ConsumerConfig {
   RescuerConfig rescuer;
   PrunerConfig pruner;
   Millis depth_interval{5000};
+  std::vector<PeriodicJob> periodic;
 };
 
 class Consumer {
  public:
   Consumer(ConsumerConfig config, const detail::HandlerRegistry& handlers,
            detail::JobObserver* observer, detail::QueueObserver* queue_observer,
+           detail::ScheduleObserver* schedule_observer,
            std::function<bool(std::int64_t)> still_leading);
   ~Consumer();
 
@@ -51,6 +54,7 @@ class Consumer {
   std::unique_ptr<PeriodicService> rescuer_;
   std::unique_ptr<PeriodicService> pruner_;
   std::unique_ptr<PeriodicService> depth_sampler_;
+  std::unique_ptr<PeriodicService> periodic_enqueuer_;  // null without schedules
   detail::QueueObserver* const queue_observer_;
 };
 

@@ -9,6 +9,8 @@
 #include <baton/baton.h>
 #include <baton/detail/db.h>
 #include <baton/detail/migrations.h>
+#include <baton/detail/schedule.h>
+#include <date/date.h>
 
 namespace {
 
@@ -84,6 +86,71 @@ void print_record(const pqxx::result& rows, bool json) {
       if (!parsed.is_discarded()) value = parsed.dump(2);
     }
     std::printf("%-17s %s\n", f.name(), value.c_str());
+  }
+}
+
+constexpr const char* kSchedulesSql = R"sql(
+SELECT s.name, s.spec, s.type, s.queue, s.missed, s.active,
+       to_char(s.last_tick, 'YYYY-MM-DD"T"HH24:MI:SSOF') AS last_tick,
+       CASE WHEN s.last_job_id IS NULL THEN NULL
+            WHEN EXISTS (SELECT 1 FROM job_history h WHERE h.id = s.last_job_id) THEN 'completed'
+            WHEN EXISTS (SELECT 1 FROM dead_jobs d WHERE d.id = s.last_job_id) THEN 'dead'
+            WHEN EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.last_job_id AND j.last_error IS NOT NULL)
+              THEN 'failing'
+            WHEN EXISTS (SELECT 1 FROM jobs j WHERE j.id = s.last_job_id) THEN 'pending'
+            ELSE 'pruned' END AS last_run,
+       extract(epoch FROM now())::bigint AS now_epoch
+  FROM periodic_schedules s ORDER BY s.name
+)sql";
+
+// Schedules, with the next tick computed from the stored spec ("every Ns" or "<cron> <tz>").
+void print_schedules(pqxx::transaction_base& tx, bool json) {
+  auto rows = tx.exec(kSchedulesSql);
+  auto out = nlohmann::json::array();
+  for (const auto& r : rows) {
+    const std::string spec = r["spec"].c_str();
+    std::string next = "-";
+    try {
+      std::unique_ptr<baton::detail::Schedule> s;
+      if (spec.rfind("every ", 0) == 0) {
+        s = baton::detail::every(std::chrono::seconds(std::stoll(spec.substr(6))));
+      } else {
+        const auto tz_at = spec.rfind(' ');
+        s = baton::detail::cron(spec.substr(0, tz_at), spec.substr(tz_at + 1));
+      }
+      const auto now =
+          baton::detail::SysSeconds(std::chrono::seconds(r["now_epoch"].as<long long>()));
+      next = date::format("%FT%TZ", s->next_after(now));
+    } catch (const std::exception&) {
+      // A spec this binary cannot read: shown as "-".
+    }
+    nlohmann::json row;
+    for (const char* k : {"name", "spec", "type", "queue", "missed", "last_tick", "last_run"}) {
+      row[k] = r[k].is_null() ? nlohmann::json(nullptr) : nlohmann::json(r[k].c_str());
+    }
+    row["active"] = std::string_view(r["active"].c_str()) == "t";
+    row["next_tick"] = r["active"].c_str() == std::string("t") ? next : "-";
+    out.push_back(row);
+  }
+  if (json) {
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  if (out.empty()) {
+    std::cout << "(no schedules)\n";
+    return;
+  }
+  std::printf("%-16s %-26s %-7s %-26s %-22s %-10s\n", "name", "spec", "active", "last tick",
+              "next tick", "last run");
+  for (const auto& row : out) {
+    auto text = [&](const char* k) {
+      return row[k].is_null()     ? std::string("-")
+             : row[k].is_string() ? row[k].get<std::string>()
+                                  : row[k].dump();
+    };
+    std::printf("%-16s %-26s %-7s %-26s %-22s %-10s\n", text("name").c_str(), text("spec").c_str(),
+                text("active").c_str(), text("last_tick").c_str(), text("next_tick").c_str(),
+                text("last_run").c_str());
   }
 }
 
@@ -270,6 +337,9 @@ int main(int argc, char** argv) {
   std::int64_t job_id = 0;
   jobs_show->add_option("id", job_id, "job id")->required();
 
+  auto* schedules = app.add_subcommand(
+      "schedules", "periodic schedules: last and next tick, and how the last run went");
+
   auto* dead = app.add_subcommand("dead", "dead-lettered jobs");
   dead->require_subcommand(1);
   auto* dead_list = dead->add_subcommand("list", "list dead jobs, newest first");
@@ -349,6 +419,7 @@ int main(int argc, char** argv) {
         }
       }
       if (nodes->parsed()) print(tx.exec(kNodesSql), c.json);
+      if (schedules->parsed()) print_schedules(tx, c.json);
       if (queue_pause->parsed() || queue_resume->parsed()) {
         baton::validate_name("queue", queue_name);
         const bool pause = queue_pause->parsed();

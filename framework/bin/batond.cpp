@@ -180,6 +180,11 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", print_config,
                "print the effective settings (password hidden) and exit");
   app.add_flag("--no-migrate", no_migrate, "same as --migrate false");
+  std::vector<std::string> schedules;
+  app.add_option("--schedule", schedules,
+                 "a periodic job, repeatable: NAME[:TYPE]=every 5m, or NAME[:TYPE]=<5-field cron> "
+                 "[tz=Europe/Paris]; the job type defaults to NAME")
+      ->take_all();
   for (auto& [s, help] : table) {
     const std::string shown = s.show();
     app.add_option("--" + s.name, flags[s.name],
@@ -238,6 +243,28 @@ int main(int argc, char** argv) {
     }
     baton::Node node(c);  // validates; fills node_id
     c = node.config();
+    for (const auto& s : schedules) {
+      const auto eq = s.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        throw ConfigError("schedule: '" + s + "' is not NAME[:TYPE]=SPEC (e.g. cleanup=every 5m)");
+      }
+      std::string name = s.substr(0, eq), spec = s.substr(eq + 1);
+      baton::ScheduleOptions options;
+      if (const auto colon = name.find(':'); colon != std::string::npos) {
+        options.type = name.substr(colon + 1);
+        name = name.substr(0, colon);
+      }
+      if (spec.rfind("every ", 0) == 0) {
+        node.every(std::string_view(spec).substr(6), name, nlohmann::json::object(), options);
+      } else {
+        std::string tz = "UTC";
+        if (const auto at = spec.find(" tz="); at != std::string::npos) {
+          tz = spec.substr(at + 4);
+          spec = spec.substr(0, at);
+        }
+        node.cron(spec, name, nlohmann::json::object(), tz, options);
+      }
+    }
     if (print_config) {
       for (auto& [s, help] : table)
         std::cout << s.name << " = " << s.show() << "\n";

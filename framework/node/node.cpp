@@ -16,10 +16,12 @@
 #include "baton/client.h"
 #include "baton/detail/migrations.h"
 #include "baton/detail/registry.h"
+#include "baton/detail/schedule.h"
 #include "leader/elector.h"
 #include "metrics/metrics.h"
 #include "signals.h"
 #include "worker/consumer.h"
+#include "worker/periodic_enqueuer.h"
 
 #ifndef BATON_VERSION
 #define BATON_VERSION "0.0.0"
@@ -31,6 +33,25 @@ struct Node::Impl {
   NodeConfig config;
   detail::HandlerRegistry registry;
   std::vector<LeadershipCallbacks> callbacks;
+  std::vector<worker::PeriodicJob> periodic;
+  bool running = false;  // run() has begun: no more handlers or schedules
+
+  void add_schedule(const std::string& name, std::unique_ptr<detail::Schedule> schedule,
+                    nlohmann::json payload, ScheduleOptions options) {
+    if (running) throw std::logic_error("schedule '" + name + "' declared after run()");
+    validate_name("schedule", name);
+    if (options.type.empty()) options.type = name;
+    validate_name("type", options.type);
+    validate_name("queue", options.queue);
+    if (options.catch_up_limit < 1 || options.max_attempts < 1 || options.max_attempts > 1000) {
+      throw ConfigError("schedule '" + name +
+                        "': catch_up_limit must be at least 1 and max_attempts 1..1000");
+    }
+    for (const auto& p : periodic) {
+      if (p.name == name) throw std::logic_error("schedule '" + name + "' is declared twice");
+    }
+    periodic.push_back({name, std::move(schedule), std::move(payload), std::move(options)});
+  }
 
   std::mutex mutex;
   std::condition_variable cv;
@@ -127,6 +148,21 @@ void Node::yield() {
   if (auto* e = impl_->live_elector.load()) e->request_yield();
 }
 
+void Node::every(std::chrono::milliseconds interval, const std::string& name,
+                 nlohmann::json payload, ScheduleOptions options) {
+  impl_->add_schedule(name, detail::every(interval), std::move(payload), std::move(options));
+}
+
+void Node::every(std::string_view interval, const std::string& name, nlohmann::json payload,
+                 ScheduleOptions options) {
+  every(parse_duration(interval, "every"), name, std::move(payload), std::move(options));
+}
+
+void Node::cron(const std::string& expression, const std::string& name, nlohmann::json payload,
+                const std::string& tz, ScheduleOptions options) {
+  impl_->add_schedule(name, detail::cron(expression, tz), std::move(payload), std::move(options));
+}
+
 void Node::on_leadership(LeadershipCallbacks callbacks) {
   impl_->callbacks.push_back(std::move(callbacks));
 }
@@ -208,9 +244,11 @@ void Node::run() {
                  .node_id = c.node_id,
                  .retry = {.base = c.retry_base, .cap = c.retry_cap}};
   wc.pruner.retention = c.history_retention;
+  wc.periodic = s.periodic;
+  s.running = true;
   // The elector is created below; the gate reads it through the Impl.
   s.consumer = std::make_unique<worker::Consumer>(wc, s.registry, s.metrics.get(), s.metrics.get(),
-                                                  [&s](std::int64_t epoch) {
+                                                  s.metrics.get(), [&s](std::int64_t epoch) {
                                                     auto* e = s.live_elector.load();
                                                     return e != nullptr && e->leading(epoch);
                                                   });

@@ -6,12 +6,28 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "baton/config.h"
 #include "baton/events.h"
 #include "baton/handler.h"
 
 namespace baton {
+
+// What the leader does with ticks that came due while no node led (or the cluster was down).
+enum class MissedTicks {
+  latest,  // run the latest missed tick once (default)
+  all,     // run every missed tick, oldest first, up to ScheduleOptions::catch_up_limit
+  skip,    // run none of them; wait for the next tick
+};
+
+struct ScheduleOptions {
+  std::string type{};  // job type; default: the schedule's name
+  std::string queue = "default";
+  MissedTicks missed = MissedTicks::latest;
+  int catch_up_limit = 10;  // with MissedTicks::all, the newest this many
+  int max_attempts = 3;
+};
 
 class Node {
  public:
@@ -45,6 +61,19 @@ class Node {
         },
         options);
   }
+
+  // Periodic jobs: the leader enqueues a job of type options.type (default: `name`) with
+  // `payload` at every tick, exactly once per tick across the cluster (the tick is claimed in the
+  // database with the enqueue). A schedule no longer declared by the leader stops firing; its
+  // row and its jobs' history remain. Call before run(). Throws ConfigError for a bad interval,
+  // expression or time zone, std::logic_error for a name used twice.
+  void every(std::chrono::milliseconds interval, const std::string& name,
+             nlohmann::json payload = nlohmann::json::object(), ScheduleOptions options = {});
+  void every(std::string_view interval, const std::string& name,
+             nlohmann::json payload = nlohmann::json::object(), ScheduleOptions options = {});
+  void cron(const std::string& expression, const std::string& name,
+            nlohmann::json payload = nlohmann::json::object(), const std::string& tz = "UTC",
+            ScheduleOptions options = {});
 
   // Extra leadership callbacks (run after the node's own consumption starts or stops).
   void on_leadership(LeadershipCallbacks callbacks);

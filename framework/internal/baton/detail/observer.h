@@ -53,6 +53,13 @@ class QueueObserver {
   virtual void queue_depths_cleared() = 0;
 };
 
+class ScheduleObserver {
+ public:
+  virtual ~ScheduleObserver() = default;
+  // A periodic tick was enqueued `lag_seconds` after its scheduled time.
+  virtual void tick_enqueued(std::string_view schedule, double lag_seconds) = 0;
+};
+
 class LeaderObserver : public virtual ErrorObserver {
  public:
   // `failover_seconds`: from the previous holder's last renewal to this grant (database clock);
