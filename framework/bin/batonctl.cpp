@@ -154,6 +154,24 @@ void print_schedules(pqxx::transaction_base& tx, bool json) {
   }
 }
 
+constexpr const char* kSagasListSql = R"sql(
+SELECT s.id, s.type, s.version,
+       (SELECT string_agg(i.property || '=' || i.value, ' ' ORDER BY i.property)
+          FROM saga_index i WHERE i.saga_id = s.id) AS indexed,
+       to_char(s.updated_at, 'YYYY-MM-DD"T"HH24:MI:SS') AS updated_at,
+       to_char(s.completed_at, 'YYYY-MM-DD"T"HH24:MI:SS') AS completed_at
+  FROM sagas s
+ WHERE ($1 = '' OR s.type = $1) AND ($2 OR s.completed_at IS NULL)
+ ORDER BY s.updated_at DESC LIMIT $3
+)sql";
+
+constexpr const char* kSagaShowSql = R"sql(
+SELECT id, type, version, created_at, updated_at, completed_at,
+       (SELECT jsonb_object_agg(property, value) FROM saga_index WHERE saga_id = s.id) AS indexed,
+       data
+  FROM sagas s WHERE id::text = $1
+)sql";
+
 constexpr const char* kStatsSql = R"sql(
 WITH recent AS (
   SELECT queue,
@@ -340,11 +358,22 @@ int main(int argc, char** argv) {
   auto* schedules = app.add_subcommand(
       "schedules", "periodic schedules: last and next tick, and how the last run went");
 
+  int limit = 50;
+  auto* sagas = app.add_subcommand("sagas", "saga state");
+  sagas->require_subcommand(1);
+  auto* sagas_list = sagas->add_subcommand("list", "sagas, newest first, with their index values");
+  std::string saga_type, saga_id;
+  bool with_completed = false;
+  sagas_list->add_option("--type", saga_type, "only this saga type");
+  sagas_list->add_flag("--completed", with_completed, "include completed sagas");
+  sagas_list->add_option("--limit", limit, "most rows")->capture_default_str();
+  auto* sagas_show = sagas->add_subcommand("show", "one saga with its data pretty-printed");
+  sagas_show->add_option("id", saga_id, "saga id (uuid)")->required();
+
   auto* dead = app.add_subcommand("dead", "dead-lettered jobs");
   dead->require_subcommand(1);
   auto* dead_list = dead->add_subcommand("list", "list dead jobs, newest first");
   std::string dead_queue;
-  int limit = 50;
   dead_list->add_option("--queue", dead_queue, "only this queue");
   dead_list->add_option("--limit", limit, "most rows")->capture_default_str();
   auto* dead_show = dead->add_subcommand("show", "one dead job with its payload and every error");
@@ -420,6 +449,17 @@ int main(int argc, char** argv) {
       }
       if (nodes->parsed()) print(tx.exec(kNodesSql), c.json);
       if (schedules->parsed()) print_schedules(tx, c.json);
+      if (sagas_list->parsed()) {
+        print(tx.exec_params(kSagasListSql, saga_type, with_completed, limit), c.json);
+      }
+      if (sagas_show->parsed()) {
+        auto rows = tx.exec_params(kSagaShowSql, saga_id);
+        if (rows.empty()) {
+          std::cerr << "batonctl: no saga " << saga_id << "\n";
+          return 1;
+        }
+        print_record(rows, c.json);
+      }
       if (queue_pause->parsed() || queue_resume->parsed()) {
         baton::validate_name("queue", queue_name);
         const bool pause = queue_pause->parsed();

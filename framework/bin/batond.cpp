@@ -19,6 +19,7 @@
 
 #include "builtin/builtin.h"
 #include "email_sender/email.h"
+#include "order_saga/order.h"
 
 namespace {
 
@@ -275,6 +276,7 @@ int main(int argc, char** argv) {
                              log_level);
     builtin::register_handlers(node);
     email::register_handlers(node, outbox);
+    order::register_handlers(node);
     node.run();
   } catch (const ConfigError& e) {
     std::cerr << "batond: bad setting: " << e.what() << "\n";

@@ -175,6 +175,10 @@ void Node::stop() {
   impl_->cv.notify_all();
 }
 
+SagaStore Node::sagas() const {
+  return SagaStore(impl_->config.schema);
+}
+
 bool Node::is_leader() const {
   auto* e = impl_->live_elector.load();
   return e != nullptr && e->is_leader();

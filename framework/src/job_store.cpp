@@ -72,11 +72,18 @@ SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts
   FROM d
 )sql";
 
-// Deletes one batch of history rows older than the retention; small batches keep locks short.
+// Deletes one batch of history rows (and of sagas completed) older than the retention; small
+// batches keep locks short.
 constexpr const char* kPruneSql = R"sql(
 DELETE FROM job_history
  WHERE id IN (SELECT id FROM job_history
                WHERE finished_at < now() - $1::bigint * interval '1 millisecond' LIMIT $2)
+)sql";
+
+constexpr const char* kPruneSagasSql = R"sql(
+DELETE FROM sagas
+ WHERE id IN (SELECT id FROM sagas
+               WHERE completed_at < now() - $1::bigint * interval '1 millisecond' LIMIT $2)
 )sql";
 
 constexpr const char* kCompleteSql = R"sql(
@@ -177,7 +184,8 @@ std::size_t rescue_timed_out(pqxx::connection& conn, std::int64_t grace_ms) {
 
 std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch) {
   pqxx::work tx(conn);
-  const auto n = tx.exec_params(kPruneSql, retention_ms, batch).affected_rows();
+  const auto n = tx.exec_params(kPruneSql, retention_ms, batch).affected_rows() +
+                 tx.exec_params(kPruneSagasSql, retention_ms, batch).affected_rows();
   tx.commit();
   return n;
 }

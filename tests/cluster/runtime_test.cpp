@@ -212,3 +212,45 @@ TEST(Batonctl, DeadLettersCanBeShownRetriedAndPurgedAndJobsShown) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace baton::test;
+
+TEST(OrderSaga, PlacedPaidShippedAndAnUnpaidOrderTimesOut) {
+  Cluster cluster(unique_schema("order_saga"), 2);
+  ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
+  ctl(cluster, "enqueue --type order_placed --payload '{\"order_id\": \"A1\", \"amount\": 1999}'");
+  ctl(cluster,
+      "enqueue --type order_placed --payload '{\"order_id\": \"B2\", \"pay_within_ms\": 300}'");
+  // Payment for A1 arrives after the saga exists.
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM sagas") == 2; }, 20s));
+  ctl(cluster, "enqueue --type payment_received --payload '{\"order_id\": \"A1\"}'");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.count("SELECT count(*) FROM sagas WHERE completed_at IS NOT NULL") == 2;
+      },
+      30s))
+      << cluster.logs();
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM sagas WHERE data->>'order_id' = 'A1' AND "
+                          "data->>'state' = 'shipped'"),
+            1);
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM sagas WHERE data->>'order_id' = 'B2' AND "
+                          "data->>'state' = 'cancelled'"),
+            1);
+  // A payment after the cancellation finds no open order: dead-lettered with the reason.
+  ctl(cluster, "enqueue --type payment_received --payload '{\"order_id\": \"B2\"}'");
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM dead_jobs") == 1; }, 20s));
+  EXPECT_EQ(
+      cluster.count("SELECT count(*) FROM dead_jobs WHERE last_error LIKE 'no open order B2%'"), 1);
+  int rc = 0;
+  auto out = ctl(cluster, "sagas list --completed", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("order"), std::string::npos) << out;
+  const auto id = query_value(cluster.db(), "SELECT id FROM sagas WHERE data->>'order_id' = 'A1'");
+  out = ctl(cluster, "sagas show " + id, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"state\": \"shipped\""), std::string::npos) << out;
+}
+
+}  // namespace

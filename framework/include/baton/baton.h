@@ -8,3 +8,4 @@
 #include "baton/job.h"
 #include "baton/logging.h"
 #include "baton/node.h"
+#include "baton/saga.h"

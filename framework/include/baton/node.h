@@ -11,6 +11,7 @@
 #include "baton/config.h"
 #include "baton/events.h"
 #include "baton/handler.h"
+#include "baton/saga.h"
 
 namespace baton {
 
@@ -86,6 +87,9 @@ class Node {
   // Gives up leadership (drain, release, notify) and waits a few renew intervals before standing
   // again, so that another node takes over. No effect on a follower. Safe from any thread.
   void yield();
+
+  // The saga store of this node's schema, for transactional handlers.
+  SagaStore sagas() const;
 
   bool is_leader() const;
   std::int64_t epoch() const;

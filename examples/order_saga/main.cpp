@@ -1,0 +1,31 @@
+// order_saga: a node running only the order saga's handlers.
+//   DATABASE_URL=... order_saga
+//   batonctl enqueue --type order_placed --payload '{"order_id":"A1","amount":1999}'
+//   batonctl enqueue --type payment_received --payload '{"order_id":"A1"}'
+//   batonctl sagas list
+#include <cstdlib>
+#include <iostream>
+
+#include <baton/baton.h>
+
+#include "order_saga/order.h"
+
+int main() {
+  const char* url = std::getenv("DATABASE_URL");
+  if (url == nullptr) {
+    std::cerr << "order_saga: set DATABASE_URL\n";
+    return 2;
+  }
+  try {
+    baton::NodeConfig config;
+    config.database_url = url;
+    config.metrics_listen = "127.0.0.1:0";
+    baton::Node node(config);
+    order::register_handlers(node);
+    node.run();
+  } catch (const std::exception& e) {
+    std::cerr << "order_saga: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
