@@ -1,8 +1,14 @@
 // batonctl: the operator's CLI. Exit codes: 0 ok, 1 failure (database, not found), 2 bad usage.
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
+#include <array>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -172,6 +178,161 @@ SELECT id, type, version, created_at, updated_at, completed_at,
   FROM sagas s WHERE id::text = $1
 )sql";
 
+// Enqueues JSON lines in batches of 1,000, with a progress line when stderr is a terminal.
+int enqueue_lines(const Common& c, const std::string& path, const std::string& type,
+                  const std::string& queue) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path);
+    if (!file) throw baton::EnqueueError("--file: cannot read " + path);
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  baton::Client client(c.database_url, c.schema);
+  const bool tty = isatty(2) != 0;
+  std::vector<baton::NewJob> batch;
+  long long total = 0, line_no = 0;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    total += static_cast<long long>(client.enqueue_batch(batch).size());
+    batch.clear();
+    if (tty) std::fprintf(stderr, "\renqueued %lld jobs", total);
+  };
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) {
+      throw baton::EnqueueError("line " + std::to_string(line_no) +
+                                " is not JSON: " + line.substr(0, 80));
+    }
+    baton::NewJob job;
+    job.options.queue = queue;
+    if (!type.empty()) {
+      job.type = type;
+      job.payload = j;
+    } else {
+      if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+        throw baton::EnqueueError("line " + std::to_string(line_no) +
+                                  " has no \"type\"; give each line a type or pass --type");
+      }
+      job.type = j["type"];
+      job.payload = j.value("payload", nlohmann::json::object());
+      job.options.queue = j.value("queue", queue);
+      job.options.priority = j.value("priority", 0);
+      job.options.max_attempts = j.value("max_attempts", 10);
+      job.options.delay = std::chrono::milliseconds(j.value("delay_ms", 0LL));
+      job.options.partition_key = j.value("partition_key", "");
+      job.options.idempotency_key = j.value("idempotency_key", "");
+    }
+    batch.push_back(std::move(job));
+    if (batch.size() == 1000) flush();
+  }
+  flush();
+  if (tty) std::fprintf(stderr, "\n");
+  if (c.json) {
+    std::cout << nlohmann::json{{"enqueued", total}, {"lines", line_no}} << "\n";
+  } else {
+    std::cout << "enqueued " << total << " job(s) from " << line_no << " line(s)\n";
+  }
+  return 0;
+}
+
+// The failover drill: fault the leader, then report when the next one was granted and started
+// its first job, on the database clock.
+int run_drill(const Common& c, bool kill_it, baton::Millis timeout) {
+  auto conn = open(c);
+  baton::detail::require_current_schema(*conn, c.schema);
+  auto value = [&](const std::string& sql) {
+    pqxx::nontransaction tx(*conn);
+    auto r = tx.exec(sql);
+    return r.empty() || r[0][0].is_null() ? std::string() : std::string(r[0][0].c_str());
+  };
+  const std::string leader =
+      value("SELECT client_id FROM locks WHERE expires_at > clock_timestamp()");
+  if (leader.empty()) {
+    std::cerr << "batonctl: no node leads now; start nodes first (batonctl nodes)\n";
+    return 1;
+  }
+  const std::string epoch = value("SELECT epoch FROM locks");
+  const std::string t0 = value("SELECT clock_timestamp()::text");
+  const bool tty = isatty(1) != 0 && !c.json;
+  std::ostringstream quiet;  // with --json, the timeline is not printed
+  std::ostream& out = c.json ? quiet : std::cout;
+  if (kill_it) {
+    std::string pid, host_of;
+    {
+      pqxx::nontransaction tx(*conn);
+      auto r = tx.exec_params("SELECT pid, host FROM nodes WHERE node_id = $1", leader);
+      if (!r.empty()) {
+        pid = r[0][0].c_str();
+        host_of = r[0][1].c_str();
+      }
+    }
+    std::array<char, 256> host{};
+    gethostname(host.data(), host.size() - 1);
+    if (pid.empty() || host_of != host.data()) {
+      std::cerr << "batonctl: " << leader << " runs on another host; --kill works on this host "
+                << "only (run the drill without --kill to ask it to step down)\n";
+      return 1;
+    }
+    ::kill(std::stoi(pid), SIGKILL);
+    out << "+0 ms      killed " << leader << " (epoch " << epoch << ", pid " << pid << ")\n";
+  } else {
+    pqxx::work tx(*conn);
+    tx.exec_params("SELECT pg_notify($1, $2)", baton::detail::leader_channel(c.schema),
+                   "yield " + leader);
+    tx.commit();
+    out << "+0 ms      asked " << leader << " (epoch " << epoch << ") to step down\n";
+  }
+  baton::Client(c.database_url, c.schema).enqueue("baton.drill", nlohmann::json::object());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto ms_since = [&](const std::string& sql) {
+    return value("SELECT round(extract(epoch FROM (" + sql + ") - '" + t0 +
+                 "'::timestamptz) * 1000)");
+  };
+  auto line = [&out](const std::string& ms, const std::string& what) {
+    std::string head = "+" + ms + " ms";
+    head.resize(std::max<std::size_t>(head.size() + 1, 11), ' ');
+    out << head << what << "\n";
+  };
+  std::string granted, started;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (granted.empty() && value("SELECT epoch > " + epoch + " FROM locks") == "t") {
+      granted = ms_since("SELECT created_date FROM locks");
+      if (tty) std::cout << "\r";
+      line(granted, "leader " + value("SELECT client_id FROM locks") + " granted epoch " +
+                        value("SELECT epoch FROM locks"));
+    }
+    if (!granted.empty()) {
+      started =
+          ms_since("SELECT least((SELECT min(started_at) FROM job_history WHERE epoch > " + epoch +
+                   "), (SELECT min(claimed_at) FROM jobs WHERE claimed_epoch > " + epoch + "))");
+      if (!started.empty()) break;
+    }
+    if (tty) {
+      std::cout << "\rwaiting for " << (granted.empty() ? "a new leader" : "its first job") << "..."
+                << std::flush;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (tty) std::cout << "\r";
+  if (started.empty()) {
+    out << (granted.empty() ? "no new leader" : "no job started") << " within " << timeout.count()
+        << " ms\n";
+    return 1;
+  }
+  line(started, "first job started under the new leader");
+  out << "failover took " << started << " ms (fault to first job)\n";
+  if (c.json) {
+    std::cout << nlohmann::json{{"leader", leader},
+                                {"killed", kill_it},
+                                {"granted_ms", std::stoll(granted)},
+                                {"first_job_ms", std::stoll(started)}}
+              << "\n";
+  }
+  return 0;
+}
+
 constexpr const char* kStatsSql = R"sql(
 WITH recent AS (
   SELECT queue,
@@ -319,7 +480,11 @@ int main(int argc, char** argv) {
   baton::EnqueueOptions opts;
   int count = 1;
   std::string delay = "0ms";
-  enqueue->add_option("--type", type, "job type")->required();
+  std::string jobs_file;
+  enqueue->add_option("--type", type, "job type (with --file: the type of every line)");
+  enqueue->add_option("--file", jobs_file,
+                      "JSON lines to enqueue, - for stdin: each line a job object (type, payload, "
+                      "queue, priority, delay_ms, ...) or, with --type, a payload");
   enqueue->add_option("--payload", payload, "JSON payload")->capture_default_str();
   enqueue->add_option("--queue", opts.queue, "queue")->capture_default_str();
   enqueue->add_option("--count", count, "how many copies")->capture_default_str();
@@ -327,6 +492,13 @@ int main(int argc, char** argv) {
   enqueue->add_option("--delay", delay, "run after this long (e.g. 30s)")->capture_default_str();
   enqueue->add_option("--max-attempts", opts.max_attempts, "attempts before dead-lettering")
       ->capture_default_str();
+
+  auto* drill = app.add_subcommand(
+      "drill", "failover drill: ask the leader to step down (or --kill it) and time the takeover");
+  bool drill_kill = false;
+  std::string drill_timeout = "30s";
+  drill->add_flag("--kill", drill_kill, "kill -9 the leader (it must run on this host)");
+  drill->add_option("--timeout", drill_timeout, "give up after this long")->capture_default_str();
 
   auto* stats =
       app.add_subcommand("stats", "per queue: available, scheduled, running, completed, dead");
@@ -404,7 +576,13 @@ int main(int argc, char** argv) {
         std::cout << "schema " << c.schema << " is at version " << version << " (applied "
                   << applied << " migration(s))\n";
       }
+    } else if (enqueue->parsed() && !jobs_file.empty()) {
+      if (c.database_url.empty()) open(c);
+      return enqueue_lines(c, jobs_file, type, opts.queue);
+    } else if (drill->parsed()) {
+      return run_drill(c, drill_kill, baton::parse_duration(drill_timeout, "timeout"));
     } else if (enqueue->parsed()) {
+      if (type.empty()) throw baton::EnqueueError("enqueue needs --type (or --file)");
       opts.delay = baton::parse_duration(delay, "delay");
       nlohmann::json body = nlohmann::json::parse(payload, nullptr, false);
       if (body.is_discarded()) {

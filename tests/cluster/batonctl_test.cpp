@@ -1,0 +1,128 @@
+// batonctl, command by command: its output, and an error for bad input.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/cluster.h"
+
+namespace {
+
+using namespace baton::test;
+
+struct Ctl {
+  const Cluster& cluster;
+  int rc = -1;
+  std::string operator()(const std::string& args, const std::string& stdin_text = "") {
+    std::string out;
+    const std::string cmd = binary("batonctl") + " --database-url '" + database_url() +
+                            "' --schema " + cluster.schema() + " " + args;
+    if (stdin_text.empty()) {
+      rc = run_command(cmd + " < /dev/null", &out);
+    } else {
+      const std::string file = cluster.dir() + "/stdin.txt";
+      std::ofstream(file) << stdin_text;
+      rc = run_command(cmd + " < " + file, &out);
+    }
+    return out;
+  }
+};
+
+TEST(Batonctl, MigrateStatsLeaderNodesAndEnqueueAnswerAndRefuseBadInput) {
+  Cluster cluster(unique_schema("ctl_basic"), 2);
+  ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
+  Ctl ctl{cluster};
+  auto out = ctl("migrate");
+  EXPECT_EQ(ctl.rc, 0);
+  EXPECT_NE(out.find("applied 0 migration(s)"), std::string::npos) << out;
+  out = ctl("--json leader");
+  EXPECT_EQ(ctl.rc, 0);
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j[0]["lease_valid"], true) << out;
+  EXPECT_EQ(j[0]["epoch"], 1) << out;
+  out = ctl("nodes");
+  EXPECT_NE(out.find("n1"), std::string::npos);
+  EXPECT_NE(out.find("live"), std::string::npos) << out;
+  out = ctl("enqueue --type noop --count 3 --queue q1");
+  EXPECT_NE(out.find("enqueued 3 job(s)"), std::string::npos) << out;
+  ctl("enqueue --type noop --payload '{not json'");
+  EXPECT_EQ(ctl.rc, 2);
+  ctl("enqueue --type 'bad type'");
+  EXPECT_EQ(ctl.rc, 2);
+  ctl("enqueue --type noop --delay soon");
+  EXPECT_EQ(ctl.rc, 2);
+  ASSERT_TRUE(
+      wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 3; }, 20s));
+  out = ctl("--json stats");
+  EXPECT_NE(out.find("\"queue\": \"q1\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"completed\": 3"), std::string::npos) << out;
+  ctl("stats --bogus");
+  EXPECT_EQ(ctl.rc, 109) << "CLI11 reports unknown flags with its own code";
+
+  std::string no_db;
+  EXPECT_EQ(run_command("env -u DATABASE_URL " + binary("batonctl") + " stats", &no_db), 2)
+      << no_db;
+  EXPECT_NE(no_db.find("DATABASE_URL"), std::string::npos) << no_db;
+  EXPECT_EQ(run_command(binary("batonctl") + " --database-url postgresql://x@127.0.0.1:1/x stats",
+                        &no_db),
+            1)
+      << no_db;
+  EXPECT_NE(no_db.find("cannot reach the database"), std::string::npos) << no_db;
+  EXPECT_EQ(run_command(binary("batonctl") + " --database-url '" + database_url() +
+                            "' --schema 'x;y' stats",
+                        &no_db),
+            2)
+      << no_db;
+}
+
+TEST(Batonctl, EnqueueReadsJsonLinesFromAFileOrStdin) {
+  Cluster cluster(unique_schema("ctl_lines"), 0);
+  Ctl ctl{cluster};
+  std::string lines;
+  for (int i = 0; i < 2500; ++i)
+    lines += "{\"i\": " + std::to_string(i) + "}\n";
+  auto out = ctl("enqueue --type noop --file -", lines);
+  EXPECT_EQ(ctl.rc, 0) << out;
+  EXPECT_NE(out.find("enqueued 2500 job(s) from 2500 line(s)"), std::string::npos) << out;
+  out = ctl("enqueue --file -",
+            "{\"type\": \"a\", \"queue\": \"qa\", \"payload\": {\"x\": 1}}\n"
+            "\n{\"type\": \"b\", \"priority\": 5}\n");
+  EXPECT_EQ(ctl.rc, 0) << out;
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM jobs WHERE type = 'a' AND queue = 'qa'"), 1);
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM jobs WHERE type = 'b' AND priority = 5"), 1);
+  out = ctl("enqueue --file -", "{\"type\": \"a\"}\nnot json\n");
+  EXPECT_EQ(ctl.rc, 2);
+  EXPECT_NE(out.find("line 2 is not JSON"), std::string::npos) << out;
+  out = ctl("enqueue --file -", "{\"payload\": {}}\n");
+  EXPECT_EQ(ctl.rc, 2);
+  EXPECT_NE(out.find("line 1 has no \"type\""), std::string::npos) << out;
+  ctl("enqueue --file /nonexistent/jobs.jsonl");
+  EXPECT_EQ(ctl.rc, 2);
+}
+
+TEST(Batonctl, ADrillTimesAStepDownAndAKill) {
+  Cluster cluster(unique_schema("ctl_drill"), 2);
+  const auto first = cluster.wait_leader(20s);
+  ASSERT_NE(first, "") << cluster.logs();
+  Ctl ctl{cluster};
+  auto out = ctl("drill --timeout 20s");
+  EXPECT_EQ(ctl.rc, 0) << out << cluster.logs();
+  EXPECT_NE(out.find("asked " + first), std::string::npos) << out;
+  EXPECT_NE(out.find("granted epoch 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("failover took"), std::string::npos) << out;
+  const auto second = cluster.wait_leader(10s);
+  out = ctl("--json drill --kill --timeout 20s");
+  EXPECT_EQ(ctl.rc, 0) << out << cluster.logs();
+  const auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "not JSON: " << out;
+  EXPECT_EQ(j["leader"], second);
+  EXPECT_EQ(j["killed"], true);
+  EXPECT_GE(j["first_job_ms"].get<long long>(), j["granted_ms"].get<long long>());
+  EXPECT_EQ(cluster.process(second).wait(5s), 128 + SIGKILL);
+  ctl("drill --timeout later");
+  EXPECT_EQ(ctl.rc, 2);
+}
+
+}  // namespace
