@@ -3,22 +3,18 @@
 //   batonctl enqueue --type order_placed --payload '{"order_id":"A1","amount":1999}'
 //   batonctl enqueue --type payment_received --payload '{"order_id":"A1"}'
 //   batonctl sagas list
-#include <cstdlib>
-#include <iostream>
-
 #include <baton/baton.h>
 
+#include "example_env.h"
 #include "order_saga/order.h"
 
 int main() {
-  const char* url = std::getenv("DATABASE_URL");
-  if (url == nullptr) {
-    std::cerr << "order_saga: set DATABASE_URL\n";
-    return 2;
-  }
+  const auto env = examples::env("order_saga");
+  if (!env) return 2;
   try {
     baton::NodeConfig config;
-    config.database_url = url;
+    config.database_url = env->database_url;
+    config.schema = env->schema;
     config.metrics_listen = "127.0.0.1:0";
     baton::Node node(config);
     order::register_handlers(node);

@@ -252,3 +252,22 @@ std::vector<std::int64_t> Client::enqueue_many(std::string_view type,
 }
 
 }  // namespace baton
+
+namespace baton {
+
+void Client::declare_ordered_queue(std::string_view queue, int partitions) {
+  validate_name("queue", queue);
+  if (partitions < 1 || partitions > 4096) {
+    throw EnqueueError("partitions " + std::to_string(partitions) +
+                       " is out of range; use 1..4096");
+  }
+  pqxx::work tx(*impl_->conn);
+  tx.exec_params(with_schema("INSERT INTO @.queue_state (queue, partitions, updated_by) "
+                             "VALUES ($1, $2, 'client') ON CONFLICT (queue) DO UPDATE SET "
+                             "partitions = excluded.partitions, updated_at = now()",
+                             quote_schema(impl_->options.schema)),
+                 std::string(queue), partitions);
+  tx.commit();
+}
+
+}  // namespace baton

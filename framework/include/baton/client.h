@@ -54,6 +54,10 @@ class Client {
   // ids of the jobs inserted, in order; a job whose idempotency key is live already is skipped.
   std::vector<std::int64_t> enqueue_batch(const std::vector<NewJob>& jobs);
 
+  // Declares `queue` ordered with `partitions` partitions (1..4096): jobs with the same
+  // partition_key run one at a time, in enqueue order. Declare before enqueueing.
+  void declare_ordered_queue(std::string_view queue, int partitions);
+
   // Typed form: T needs to_json and a static `type_name` (e.g. "send_email").
   template <class T>
   requires requires { T::type_name; }
