@@ -79,28 +79,39 @@ struct Node::Impl {
 
   // Connects and brings the schema to this binary's version, retrying while the database is
   // unreachable. False when stopped first; throws on a schema this binary cannot use.
+  // Connects, brings the schema to this binary's version and checks the role's privileges,
+  // retrying with backoff whatever stands in the way (unreachable database, wrong password,
+  // missing or newer schema, missing grants): each is logged once, with what to do, until it
+  // changes. False when stopped first.
   bool prepare_schema() {
     std::mt19937_64 rng(std::random_device{}());
     Millis backoff{200};
-    bool reported = false;
+    std::string last_problem;
     for (;;) {
+      std::string problem;
       try {
         auto conn = detail::connect(connect_options());
         if (config.migrate) {
           const int applied = detail::migrate(*conn, config.schema);
-          if (applied > 0)
+          if (applied > 0) {
             spdlog::info("applied {} migration(s) to schema {}", applied, config.schema);
+          }
         }
         detail::require_current_schema(*conn, config.schema);
-        if (reported) spdlog::info("database reachable");
+        detail::require_privileges(*conn, config.schema);
+        if (!last_problem.empty()) spdlog::info("database ready: {}", config.schema);
         return true;
       } catch (const std::exception& e) {
-        if (!detail::is_connection_error(e)) throw;
-        if (!reported) {
-          spdlog::error("database unreachable ({}): {}; retrying with backoff",
-                        describe_database_url(config.database_url), e.what());
-          reported = true;
-        }
+        problem = detail::is_connection_error(e)
+                      ? "database unreachable (" + describe_database_url(config.database_url) +
+                            "): " + e.what()
+                      : std::string(e.what());
+        while (!problem.empty() && problem.back() == '\n')
+          problem.pop_back();
+      }
+      if (problem != last_problem) {
+        spdlog::error("{}; retrying with backoff", problem);
+        last_problem = problem;
       }
       std::uniform_int_distribution<std::int64_t> jitter(backoff.count() / 2, backoff.count());
       if (wait_stop(Millis(jitter(rng)))) return false;

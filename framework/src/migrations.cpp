@@ -84,4 +84,30 @@ void require_current_schema(pqxx::connection& conn, const std::string& schema) {
                            "); upgrade baton on this node");
 }
 
+void require_privileges(pqxx::connection& conn, const std::string& schema) {
+  // What a node does to each table (docs/security.md lists the same grants).
+  constexpr const char* kMissingSql = R"sql(
+SELECT string_agg(privilege || ' on ' || $1 || '.' || tab, ', ' ORDER BY tab, privilege)
+  FROM (VALUES ('jobs', 'SELECT'), ('jobs', 'INSERT'), ('jobs', 'UPDATE'), ('jobs', 'DELETE'),
+               ('job_history', 'SELECT'), ('job_history', 'INSERT'), ('job_history', 'DELETE'),
+               ('dead_jobs', 'SELECT'), ('dead_jobs', 'INSERT'), ('dead_jobs', 'DELETE'),
+               ('locks', 'SELECT'), ('locks', 'INSERT'), ('locks', 'UPDATE'),
+               ('nodes', 'SELECT'), ('nodes', 'INSERT'), ('nodes', 'UPDATE'),
+               ('queue_state', 'SELECT'), ('settings', 'SELECT'),
+               ('periodic_schedules', 'SELECT'), ('periodic_schedules', 'INSERT'),
+               ('periodic_schedules', 'UPDATE'),
+               ('sagas', 'SELECT'), ('sagas', 'INSERT'), ('sagas', 'UPDATE'), ('sagas', 'DELETE'),
+               ('saga_index', 'SELECT'), ('saga_index', 'INSERT'), ('saga_index', 'DELETE'))
+       AS need(tab, privilege)
+ WHERE NOT has_table_privilege(quote_ident($1) || '.' || tab, privilege)
+)sql";
+  pqxx::read_transaction tx(conn);
+  auto r = tx.exec_params(kMissingSql, schema);
+  if (!r[0][0].is_null()) {
+    const auto role = tx.exec("SELECT current_user")[0][0].as<std::string>();
+    throw std::runtime_error("role " + role + " lacks " + r[0][0].as<std::string>() +
+                             "; grant them (docs/security.md lists every grant a node needs)");
+  }
+}
+
 }  // namespace baton::detail

@@ -19,4 +19,7 @@ int current_schema_version(pqxx::connection& conn, const std::string& schema);
 // Throws std::runtime_error with the fix when the schema is missing, older or newer.
 void require_current_schema(pqxx::connection& conn, const std::string& schema);
 
+// Throws std::runtime_error naming every table privilege a node needs and this role lacks.
+void require_privileges(pqxx::connection& conn, const std::string& schema);
+
 }  // namespace baton::detail
