@@ -62,6 +62,10 @@ BEGIN
     IF coalesce((j->>'delay_ms')::bigint, 0) < 0 THEN
       RAISE EXCEPTION USING ERRCODE = 'BT003', MESSAGE = 'delay must not be negative';
     END IF;
+    IF coalesce((j->>'delay_ms')::bigint, 0) > 3153600000000 THEN
+      RAISE EXCEPTION USING ERRCODE = 'BT003', MESSAGE = 'delay is over 100 years',
+        HINT = 'give run_at for a far-off date';
+    END IF;
     IF coalesce((j->>'timeout_ms')::bigint, 0) NOT BETWEEN 0 AND 2000000000 THEN
       RAISE EXCEPTION USING ERRCODE = 'BT003',
         MESSAGE = format('timeout %s ms is out of range', j->>'timeout_ms'),

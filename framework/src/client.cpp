@@ -51,6 +51,22 @@ std::string quote_schema(const std::string& schema) {
   return "\"" + schema + "\"";
 }
 
+// True when a string (or key) anywhere in `j` holds a NUL character.
+bool has_nul(const nlohmann::json& j) {
+  if (j.is_string()) return j.get_ref<const std::string&>().find('\0') != std::string::npos;
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (key.find('\0') != std::string::npos || has_nul(value)) return true;
+    }
+  }
+  if (j.is_array()) {
+    for (const auto& value : j) {
+      if (has_nul(value)) return true;
+    }
+  }
+  return false;
+}
+
 // Serialises the payload and applies this client's own size cap (the database applies its
 // limit too). Names and options are checked by the SQL API.
 void check(const NewJob& job, std::size_t max_payload, std::string* payload_text) {
@@ -59,6 +75,11 @@ void check(const NewJob& job, std::size_t max_payload, std::string* payload_text
   } catch (const nlohmann::json::exception& e) {
     throw EnqueueError(std::string("payload is not valid JSON text (") + e.what() +
                        "); strings must be UTF-8");
+  }
+  if (has_nul(job.payload)) {
+    throw EnqueueError(
+        "payload has a NUL character (\\u0000) in a string, which PostgreSQL's jsonb cannot "
+        "store; remove it, or encode binary data (e.g. base64)");
   }
   if (payload_text->size() > max_payload) {
     throw EnqueueError("payload is " + std::to_string(payload_text->size()) +
