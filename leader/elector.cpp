@@ -261,7 +261,8 @@ void Elector::heartbeat_loop() {
       connected_.store(false);
       if (observer_ != nullptr) observer_->database_error("elector");
       if (!reported_down) {
-        spdlog::error("election connection failed: {}; reconnecting with backoff", e.what());
+        spdlog::error("election connection failed: {}; reconnecting with backoff",
+                      detail::scrub(e.what()));
         reported_down = true;
       }
       std::uniform_int_distribution<std::int64_t> jitter(backoff.count() / 2, backoff.count());
@@ -278,7 +279,7 @@ void Elector::heartbeat_loop() {
         release(*conn, held_epoch);
       } catch (const std::exception& e) {
         spdlog::warn("could not release leadership cleanly ({}); closing the session frees it",
-                     e.what());
+                     detail::scrub(e.what()));
       }
     }
   }

@@ -94,7 +94,7 @@ void Completer::loop() {
       if (observer_ != nullptr) observer_->database_error("completer");
       if (!reported) {
         spdlog::error("completer: could not record {} outcomes ({}); retrying", in_flight_,
-                      e.what());
+                      detail::scrub(e.what()));
         reported = true;
       }
     }

@@ -51,7 +51,8 @@ void PeriodicService::loop(std::int64_t epoch) {
       if (detail::is_connection_error(e)) conn_.reset();
       if (errors_ != nullptr) errors_->database_error(name_);
       if (!failing)
-        spdlog::error("{}: {}; retrying every {}ms", name_, e.what(), interval_.count());
+        spdlog::error("{}: {}; retrying every {}ms", name_, detail::scrub(e.what()),
+                      interval_.count());
       failing = true;
     }
     const auto took = std::chrono::steady_clock::now() - began;

@@ -116,7 +116,7 @@ void Poller::loop(std::int64_t epoch) {
       conn_.reset();
       if (observer_ != nullptr) observer_->database_error("poller");
       if (!reported) {
-        spdlog::error("poller: {}; retrying with backoff", e.what());
+        spdlog::error("poller: {}; retrying with backoff", detail::scrub(e.what()));
         reported = true;
       }
       wait(backoff);

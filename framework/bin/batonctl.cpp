@@ -717,14 +717,14 @@ int main(int argc, char** argv) {
     std::cerr << "batonctl: bad setting: " << e.what() << "\n";
     return 2;
   } catch (const baton::EnqueueError& e) {
-    std::cerr << "batonctl: " << e.what() << "\n";
+    std::cerr << "batonctl: " << baton::detail::scrub(e.what()) << "\n";
     return 2;
   } catch (const pqxx::broken_connection& e) {
-    std::cerr << "batonctl: cannot reach the database: " << e.what()
+    std::cerr << "batonctl: cannot reach the database: " << baton::detail::scrub(e.what())
               << "check --database-url / DATABASE_URL and that PostgreSQL is running\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "batonctl: " << e.what() << "\n";
+    std::cerr << "batonctl: " << baton::detail::scrub(e.what()) << "\n";
     return 1;
   }
   return 0;

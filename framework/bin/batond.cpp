@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include <baton/baton.h>
+#include <baton/detail/db.h>
 
 #include "builtin/builtin.h"
 #include "email_sender/email.h"
@@ -282,7 +283,7 @@ int main(int argc, char** argv) {
     std::cerr << "batond: bad setting: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "batond: " << e.what() << "\n";
+    std::cerr << "batond: " << baton::detail::scrub(e.what()) << "\n";
     return 1;
   }
   return 0;

@@ -104,8 +104,8 @@ struct Node::Impl {
       } catch (const std::exception& e) {
         problem = detail::is_connection_error(e)
                       ? "database unreachable (" + describe_database_url(config.database_url) +
-                            "): " + e.what()
-                      : std::string(e.what());
+                            "): " + detail::scrub(e.what())
+                      : detail::scrub(e.what());
         while (!problem.empty() && problem.back() == '\n')
           problem.pop_back();
       }

@@ -15,6 +15,15 @@
 namespace baton {
 namespace {
 
+// A connection-string value as it may appear in a log. A value with blanks or '=' is hidden:
+// libpq takes "postgresql:// password=x" (two forms mixed) as a host named " password=x".
+std::string shown(std::string_view value) {
+  if (value.find_first_of(" \t\r\n=") != std::string_view::npos || value.size() > 255) {
+    return "(hidden: unusual value)";
+  }
+  return std::string(value);
+}
+
 [[noreturn]] void fail(std::string_view setting, const std::string& message) {
   throw ConfigError(std::string(setting) + ": " + message);
 }
@@ -86,7 +95,7 @@ std::string describe_database_url(const std::string& url) {
     for (auto* o = opts.get(); o->keyword != nullptr; ++o) {
       if (std::string_view(o->keyword) == key && o->val != nullptr && *o->val != '\0') {
         if (!out.empty()) out += ' ';
-        out += std::string(key) + "=" + o->val;
+        out += std::string(key) + "=" + shown(o->val);
       }
     }
   }
@@ -131,7 +140,7 @@ std::string redact_database_url(const std::string& url) {
     if (o->val == nullptr) continue;
     if (!out.empty()) out += ' ';
     out += std::string(o->keyword) + "=" +
-           (std::string_view(o->keyword) == "password" ? kHidden : o->val);
+           (std::string_view(o->keyword) == "password" ? std::string(kHidden) : shown(o->val));
   }
   return out;
 }

@@ -104,6 +104,23 @@ std::string double_array(const std::vector<double>& values) {
   return out + "}";
 }
 
+std::string scrub(std::string message) {
+  for (std::size_t at = message.find("password="); at != std::string::npos;
+       at = message.find("password=", at + 1)) {
+    const auto value = at + 9;
+    std::size_t end = std::string::npos;
+    if (value < message.size() && (message[value] == '\'' || message[value] == '"')) {
+      end = message.find(message[value], value + 1);  // a quoted value, quotes included
+      if (end != std::string::npos) ++end;
+    } else {
+      end = message.find_first_of(" \t\r\n&'\"", value);
+    }
+    if (end == std::string::npos) end = message.size();
+    message.replace(value, end - value, "********");
+  }
+  return message;
+}
+
 bool is_connection_error(const std::exception& e) {
   if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) return true;
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {

@@ -3,6 +3,8 @@
 
 #include <baton/config.h>
 
+#include "baton/detail/db.h"
+
 namespace {
 
 using baton::ConfigError;
@@ -115,6 +117,21 @@ TEST(Config, RefusesUnparsableDatabaseUrl) {
   EXPECT_NE(error_of(c).find("database-url"), std::string::npos);
 }
 
+TEST(DatabaseUrl, MixedFormsNeverLeakThePasswordThroughAnotherField) {
+  // Found by fuzz_conninfo (tests/fuzz/regressions/conninfo): libpq parses this as a URI whose
+  // host is " password=...", and the description used to print that host.
+  for (const char* url : {"postgresql:// password=Fuzz-Secret-7",
+                          "postgresql://db.example/app password=Fuzz-Secret-7",
+                          "host='db password=Fuzz-Secret-7' dbname=app"}) {
+    try {
+      EXPECT_EQ(baton::describe_database_url(url).find("Fuzz-Secret-7"), std::string::npos) << url;
+    } catch (const ConfigError&) {
+      // refusing it is fine too
+    }
+    EXPECT_EQ(baton::redact_database_url(url).find("Fuzz-Secret-7"), std::string::npos) << url;
+  }
+}
+
 TEST(DatabaseUrl, DescriptionNeverShowsThePassword) {
   for (const char* url : {"postgresql://alice:s3cret-pw@db.example:5433/app?sslmode=require",
                           "host=db.example port=5433 dbname=app user=alice password=s3cret-pw"}) {
@@ -123,6 +140,18 @@ TEST(DatabaseUrl, DescriptionNeverShowsThePassword) {
     EXPECT_NE(d.find("host=db.example"), std::string::npos) << d;
     EXPECT_NE(d.find("user=alice"), std::string::npos) << d;
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Scrub, PasswordsInErrorMessagesAreHidden) {
+  EXPECT_EQ(baton::detail::scrub("database \"app password=hunter2\" does not exist"),
+            "database \"app password=********\" does not exist");
+  EXPECT_EQ(baton::detail::scrub("a password=x&b password='y' c"),
+            "a password=********&b password=******** c");
+  EXPECT_EQ(baton::detail::scrub("nothing here"), "nothing here");
 }
 
 }  // namespace

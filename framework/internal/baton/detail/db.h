@@ -47,6 +47,10 @@ inline std::string node_application_name(std::string_view node_id, std::string_v
   return std::string(node_id) + "@" + std::string(schema);
 }
 
+// The message with every "password=..." value replaced by ********, for error messages that may
+// echo a mistyped connection string.
+std::string scrub(std::string message);
+
 // True for errors that mean the connection is gone (as opposed to a bad statement).
 bool is_connection_error(const std::exception& e);
 
