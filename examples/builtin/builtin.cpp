@@ -1,7 +1,10 @@
 // Built-in handlers: noop, sleep, fail.
 #include "builtin/builtin.h"
 
+#include <memory>
 #include <thread>
+
+#include <pqxx/pqxx>
 
 namespace builtin {
 
@@ -37,6 +40,31 @@ void register_handlers(baton::Node& node) {
                                   ctx.job().id, node_id, ctx.job().epoch);
                    sleep_for(ctx, ms_of(ctx));
                  });
+  node.handle("record_ext", [url = node.config().database_url, schema = node.config().schema,
+                             node_id = node.config().node_id](baton::JobContext& ctx) {
+    // One connection per pool thread, outside the job's transaction: an external effect.
+    thread_local std::unique_ptr<pqxx::connection> conn;
+    if (!conn) {
+      conn = std::make_unique<pqxx::connection>(url);
+      pqxx::nontransaction tx(*conn);
+      tx.exec("SET search_path TO " + tx.quote_name(schema));
+    }
+    try {
+      pqxx::nontransaction tx(*conn);
+      tx.exec_params(
+          "INSERT INTO executions (job_id, node, epoch, attempt) VALUES ($1, $2, $3, $4)",
+          ctx.job().id, node_id, ctx.job().epoch, ctx.job().attempt);
+    } catch (const pqxx::broken_connection&) {
+      conn.reset();
+      throw;
+    }
+    const auto payload = ctx.payload();
+    if (ctx.job().attempt <= payload.value("fail_attempts", 0)) {
+      throw std::runtime_error("failing attempt " + std::to_string(ctx.job().attempt) +
+                               " on purpose");
+    }
+    sleep_for(ctx, ms_of(ctx));
+  });
   node.handle("fail", [](baton::JobContext& ctx) {
     const auto payload = ctx.payload();
     throw std::runtime_error(payload.is_object() ? payload.value("message", "asked to fail")

@@ -6,6 +6,11 @@
 //          node's schema, then sleeps {"ms": N} inside the transaction. Drills and tests count
 //          the rows to prove a deposed leader never commits twice. The table is the operator's:
 //          CREATE TABLE effects (job_id bigint, node text, epoch bigint).
+//   record_ext: an effect outside the job's transaction (at least once): inserts a row into
+//          table `executions` on a connection of its own, then fails if the attempt is at most
+//          {"fail_attempts": N}, then sleeps {"ms": N}. The table is the operator's:
+//          CREATE TABLE executions (job_id bigint, node text, epoch bigint, attempt int,
+//                                   at timestamptz DEFAULT clock_timestamp()).
 #pragma once
 
 #include <baton/baton.h>
