@@ -9,7 +9,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-thread_local std::mt19937_64 tl_rng{std::random_device{}()};
+// Each pool thread's own generator for retry jitter.
+std::mt19937_64& thread_rng() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng;
+}
 // Each pool thread keeps its own connection for transactional handlers (a pool thread belongs to
 // one executor for its whole life, so the options never change under it).
 thread_local std::unique_ptr<pqxx::connection> tl_conn;
@@ -165,7 +169,7 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   if (!f.dead) {
     const auto& policy = entry != nullptr && entry->retry ? *entry->retry : config_.retry;
     f.retry_delay_ms = retry_in ? std::max<std::int64_t>(0, retry_in->count())
-                                : policy.delay(job.attempt, tl_rng).count();
+                                : policy.delay(job.attempt, thread_rng()).count();
   }
   spdlog::warn(
       "job failed: job={} queue={} type={} epoch={} attempt={}/{} {}: {}", job.id, job.queue,

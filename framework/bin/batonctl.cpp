@@ -466,6 +466,7 @@ int main(int argc, char** argv) {
   CLI::App app{"batonctl: operate a baton cluster (migrate, enqueue, stats, leader, nodes, dead)"};
   app.require_subcommand(1);
   Common c;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read once, before any thread starts
   if (const char* url = std::getenv("DATABASE_URL")) c.database_url = url;
   app.add_option("--database-url", c.database_url,
                  "libpq connection string; default $DATABASE_URL");

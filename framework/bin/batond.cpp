@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
     if (no_migrate) flags["migrate"] = "false";
     for (auto& [s, help] : table) {
       std::string value, source;
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): settings are read before any thread starts
       const char* env = std::getenv(env_name(s.name).c_str());
       if (!flags[s.name].empty()) {
         value = flags[s.name];
@@ -225,8 +226,9 @@ int main(int argc, char** argv) {
       } else if (env != nullptr && *env != '\0') {
         value = env;
         source = env_name(s.name);
-      } else if (s.name == "database-url" && std::getenv("DATABASE_URL") != nullptr) {
-        value = std::getenv("DATABASE_URL");
+      } else if (s.name == "database-url" &&
+                 std::getenv("DATABASE_URL") != nullptr) {  // NOLINT(concurrency-mt-unsafe)
+        value = std::getenv("DATABASE_URL");                // NOLINT(concurrency-mt-unsafe)
         source = "DATABASE_URL";
       } else if (const auto* node = file.get(s.name)) {
         value = toml_text(s.name, *node);

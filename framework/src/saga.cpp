@@ -62,7 +62,7 @@ std::optional<SagaStore::Raw> read(const pqxx::result& r) {
 
 }  // namespace
 
-SagaStore::SagaStore(std::string schema) {
+SagaStore::SagaStore(const std::string& schema) {
   detail::validate_schema_name(schema);
   schema_ = "\"" + schema + "\"";
 }

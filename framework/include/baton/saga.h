@@ -41,7 +41,7 @@ struct Saga {
 
 class SagaStore {
  public:
-  explicit SagaStore(std::string schema = "baton");
+  explicit SagaStore(const std::string& schema = "baton");
 
   // Loads the saga whose indexed `property` equals `value`, locked FOR UPDATE until the
   // transaction ends. Throws std::invalid_argument when T does not declare `property`.
