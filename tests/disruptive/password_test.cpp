@@ -1,0 +1,78 @@
+// A wrong password: one clear message, retried with backoff, the node alive, and the password
+// (right or wrong) nowhere in what it printed. Uses a throwaway server of its own that asks one
+// role for a password (scram-sha-256).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "support/cluster.h"
+
+namespace {
+
+using namespace baton::test;
+
+TEST(Password, AWrongPasswordIsReportedOnceAndRetriedWithoutLeakingIt) {
+  const std::string dir = temp_dir("password");
+  run_command("chmod 755 " + dir, nullptr);
+  const std::string pg = std::string(BATON_SOURCE_DIR) + "/scripts/pg";
+  std::string out;
+  ASSERT_EQ(run_command(pg + " start " + dir + "/pg", &out), 0) << out;
+  const std::string url = out.substr(0, out.find('\n'));
+  struct Stop {
+    std::string cmd;
+    ~Stop() { run_command(cmd, nullptr); }
+  } stop{pg + " destroy " + dir + "/pg"};
+  // The role must give a password; the first matching pg_hba line wins, so put it first.
+  {
+    std::ifstream in(dir + "/pg/data/pg_hba.conf");
+    std::stringstream rest;
+    rest << in.rdbuf();
+    std::ofstream(dir + "/pg/data/pg_hba.conf") << "host all pw_user 127.0.0.1/32 scram-sha-256\n"
+                                                << rest.str();
+  }
+  ASSERT_EQ(run_command("psql '" + url +
+                            "' -XAtq -c \"CREATE ROLE pw_user LOGIN SUPERUSER "
+                            "PASSWORD 'Right-Pass-1'\" -c 'SELECT pg_reload_conf()'",
+                        &out),
+            0)
+      << out;
+  const std::string port = url.substr(url.rfind(':') + 1, url.rfind('/') - url.rfind(':') - 1);
+  const std::string base = "postgresql://pw_user:";
+  const std::string wrong = base + "Wrong-Pass-2@127.0.0.1:" + port + "/postgres";
+
+  Process node({binary("batond"), "--database-url", wrong, "--metrics-listen", "off", "--node-id",
+                "locked-out"},
+               dir + "/node.log");
+  ASSERT_TRUE(wait_for(
+      [&] { return node.log().find("password authentication failed") != std::string::npos; }, 20s))
+      << node.log();
+  // Wait until the server has refused it at least three times: the node did retry.
+  auto refusals = [&] {
+    std::ifstream in(dir + "/pg/server.log");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string all = text.str();
+    int n = 0;
+    for (auto at = all.find("password authentication failed for user \"pw_user\"");
+         at != std::string::npos;
+         at = all.find("password authentication failed for user \"pw_user\"", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  ASSERT_TRUE(wait_for([&] { return refusals() >= 3; }, 30s)) << "refused " << refusals();
+  const auto log = node.log();
+  EXPECT_TRUE(node.running()) << "a wrong password is retried, not fatal";
+  std::size_t times = 0;
+  for (auto at = log.find("password authentication failed"); at != std::string::npos;
+       at = log.find("password authentication failed", at + 1)) {
+    ++times;
+  }
+  EXPECT_EQ(times, 1u) << "one message per problem, not one per retry:\n" << log;
+  EXPECT_EQ(log.find("Wrong-Pass-2"), std::string::npos) << log;
+  EXPECT_EQ(log.find("Right-Pass-1"), std::string::npos) << log;
+  EXPECT_NE(log.find("user=pw_user"), std::string::npos) << "names who it tried to be: " << log;
+}
+
+}  // namespace
