@@ -470,7 +470,9 @@ int main(int argc, char** argv) {
   if (const char* url = std::getenv("DATABASE_URL")) c.database_url = url;
   app.add_option("--database-url", c.database_url,
                  "libpq connection string; default $DATABASE_URL");
-  app.add_option("--schema", c.schema, "schema holding baton's tables")->capture_default_str();
+  app.add_option("--schema", c.schema, "schema holding baton's tables (the last one given wins)")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_flag("--json", c.json, "print JSON instead of a table");
 
   auto* migrate =

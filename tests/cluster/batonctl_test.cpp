@@ -126,3 +126,44 @@ TEST(Batonctl, ADrillTimesAStepDownAndAKill) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace baton::test;
+
+TEST(Batonctl, EverySubcommandRefusesBadInputWithWhatToDo) {
+  Cluster cluster(unique_schema("ctl_errors"), 0);
+  Ctl ctl{cluster};
+  // migrate: a schema name that is not allowed.
+  auto out = ctl("--schema 'Bad-Name' migrate");
+  EXPECT_EQ(ctl.rc, 2);
+  EXPECT_NE(out.find("use 1..63 of a-z, 0-9 and _"), std::string::npos) << out;
+  // leader --step-down with no node running.
+  out = ctl("leader --step-down");
+  EXPECT_EQ(ctl.rc, 1);
+  EXPECT_NE(out.find("no node leads now"), std::string::npos) << out;
+  out = ctl("leader");
+  EXPECT_NE(out.find("no node has led yet"), std::string::npos) << out;
+  // nodes, stats, schedules on a schema baton never installed.
+  for (const char* cmd : {"nodes", "stats", "schedules", "sagas list"}) {
+    out = ctl(std::string("--schema never_installed_here ") + cmd);
+    EXPECT_EQ(ctl.rc, 1) << cmd << ": " << out;
+    EXPECT_NE(out.find("run 'batonctl migrate'"), std::string::npos) << cmd << ": " << out;
+  }
+  // schedules and sagas on an installed but empty schema.
+  out = ctl("schedules");
+  EXPECT_EQ(ctl.rc, 0);
+  EXPECT_NE(out.find("(no schedules)"), std::string::npos) << out;
+  out = ctl("sagas show not-a-uuid");
+  EXPECT_EQ(ctl.rc, 1);
+  EXPECT_NE(out.find("no saga not-a-uuid"), std::string::npos) << out;
+  out = ctl("sagas show");
+  EXPECT_NE(ctl.rc, 0) << "an id is required: " << out;
+  out = ctl("dead show 424242");
+  EXPECT_EQ(ctl.rc, 1);
+  EXPECT_NE(out.find("no dead job 424242"), std::string::npos) << out;
+  out = ctl("queue ordered sms");
+  EXPECT_NE(ctl.rc, 0) << "--partitions is required: " << out;
+}
+
+}  // namespace
