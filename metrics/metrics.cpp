@@ -132,9 +132,9 @@ Metrics::Metrics(const std::string& node_id)
                          .Add({})),
       fenced_(BuildCounter()
                   .Name("baton_fenced_total")
-                  .Help("Job outcomes refused because the job belonged to a newer epoch.")
-                  .Register(*registry_)
-                  .Add({})),
+                  .Help("Job outcomes refused because the job belonged to a newer epoch, by "
+                        "queue and type.")
+                  .Register(*registry_)),
       renewal_failures_(BuildCounter()
                             .Name("baton_lease_renewal_failures_total")
                             .Help("Lease renewals that failed or ran out.")
@@ -309,8 +309,9 @@ void Metrics::tick_enqueued(std::string_view schedule, double lag_seconds) {
   schedule_ticks_.Add(labels).Increment();
 }
 
-void Metrics::jobs_fenced(std::size_t count) {
-  fenced_.Increment(static_cast<double>(count));
+void Metrics::jobs_fenced(std::string_view queue, std::string_view type, std::size_t count) {
+  fenced_.Add({{"queue", std::string(queue)}, {"type", std::string(type)}})
+      .Increment(static_cast<double>(count));
 }
 
 void Metrics::pool_busy(int busy, int threads) {

@@ -1,6 +1,9 @@
 // Completer: batched, fenced outcome writes (see completer.h).
 #include "worker/completer.h"
 
+#include <map>
+#include <unordered_set>
+
 #include <spdlog/spdlog.h>
 
 namespace baton::worker {
@@ -122,14 +125,27 @@ void Completer::loop() {
 void Completer::write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed) {
   if (!conn_) conn_ = detail::connect(connect_);
   const std::size_t sent = done.size() + failed.size();
-  const std::size_t applied = detail::apply_outcomes(*conn_, done, failed);
-  done.clear();
-  failed.clear();
+  std::vector<std::int64_t> fenced;
+  const std::size_t applied = detail::apply_outcomes(*conn_, done, failed, &fenced);
   if (applied < sent) {
     spdlog::warn("completer: {} of {} outcomes were FENCED (their jobs belong to a newer epoch)",
                  sent - applied, sent);
-    if (observer_ != nullptr) observer_->jobs_fenced(sent - applied);
+    if (observer_ != nullptr) {
+      // Count them by queue and type.
+      std::map<std::pair<std::string, std::string>, std::size_t> by_kind;
+      const std::unordered_set<std::int64_t> ids(fenced.begin(), fenced.end());
+      for (const auto& d : done) {
+        if (ids.count(d.id) != 0) ++by_kind[{d.queue, d.type}];
+      }
+      for (const auto& f : failed) {
+        if (ids.count(f.id) != 0) ++by_kind[{f.queue, f.type}];
+      }
+      for (const auto& [kind, n] : by_kind)
+        observer_->jobs_fenced(kind.first, kind.second, n);
+    }
   }
+  done.clear();
+  failed.clear();
 }
 
 }  // namespace baton::worker

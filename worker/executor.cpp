@@ -92,7 +92,7 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
           "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
           "handler's writes were rolled back",
           job.id, job.queue, job.type, job.epoch);
-      if (observer_ != nullptr) observer_->jobs_fenced(1);
+      if (observer_ != nullptr) observer_->jobs_fenced(job.queue, job.type, 1);
       return false;
     }
     tx.commit();
@@ -156,7 +156,8 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   if (error.empty()) {
-    completer_.add(detail::Completion{job.id, job.epoch, run_seconds, job.attempt});
+    completer_.add(
+        detail::Completion{job.id, job.epoch, run_seconds, job.attempt, job.queue, job.type});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
                               claimed.since_enqueue_seconds + run_seconds);
@@ -165,7 +166,8 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   }
   const bool exhausted = job.attempt >= job.max_attempts;
   if (dead_reason.empty() && exhausted) dead_reason = "exhausted";
-  detail::Failure f{job.id, job.epoch, job.attempt, error, !dead_reason.empty(), dead_reason, 0};
+  detail::Failure f{job.id,      job.epoch, job.attempt, error,   !dead_reason.empty(),
+                    dead_reason, 0,         job.queue,   job.type};
   if (!f.dead) {
     const auto& policy = entry != nullptr && entry->retry ? *entry->retry : config_.retry;
     f.retry_delay_ms = retry_in ? std::max<std::int64_t>(0, retry_in->count())

@@ -2,6 +2,8 @@
 // the same statement, and outcomes match only rows still running under the claiming epoch.
 #include "baton/detail/job_store.h"
 
+#include <unordered_set>
+
 #include "baton/detail/db.h"
 #include "baton/detail/text.h"
 
@@ -31,7 +33,8 @@ UPDATE jobs j
  WHERE j.id = c.id
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
-          extract(epoch FROM now() - j.created_at)::float8
+          extract(epoch FROM now() - j.created_at)::float8,
+          extract(epoch FROM j.created_at)::float8
 )sql";
 
 constexpr const char* kRescueSql = R"sql(
@@ -100,6 +103,7 @@ INSERT INTO job_history (id, queue, partition_key, type, payload, priority, atte
 SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
        first_started_at, claimed_at, now(), run_seconds, claimed_by, claimed_epoch, 'completed'
   FROM done
+RETURNING id
 )sql";
 
 constexpr const char* kRetrySql = R"sql(
@@ -162,6 +166,9 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
     c.timeout_ms = r[6].as<int>();
     c.wait_seconds = r[7].as<double>();
     c.since_enqueue_seconds = r[8].as<double>();
+    c.job.enqueued_at = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::duration<double>(r[9].as<double>())));
     out.push_back(std::move(c));
   }
   return out;
@@ -197,7 +204,7 @@ bool complete_in(pqxx::work& tx, const Completion& done) {
 }
 
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
-                           const std::vector<Failure>& failed) {
+                           const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced) {
   pqxx::work tx(conn);
   std::size_t applied = 0;
   if (!done.empty()) {
@@ -213,19 +220,26 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
       attempts.push_back(d.attempt);
       run.push_back(d.run_seconds);
     }
-    applied += tx.exec_params(kCompleteSql, int_array(ids), int_array(epochs), double_array(run),
-                              int_array(attempts))
-                   .affected_rows();
+    const auto rows = tx.exec_params(kCompleteSql, int_array(ids), int_array(epochs),
+                                     double_array(run), int_array(attempts));
+    applied += rows.size();
+    if (fenced != nullptr && rows.size() < done.size()) {
+      std::unordered_set<std::int64_t> completed;
+      for (const auto& r : rows)
+        completed.insert(r[0].as<std::int64_t>());
+      for (const auto& d : done) {
+        if (completed.count(d.id) == 0) fenced->push_back(d.id);
+      }
+    }
   }
   for (const auto& f : failed) {
     const std::string error = clean_text(f.error, 4000);
-    if (f.dead) {
-      applied +=
-          tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error, f.attempt).affected_rows();
-    } else {
-      applied += tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error, f.attempt)
+    const auto n =
+        f.dead ? tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error, f.attempt).affected_rows()
+               : tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error, f.attempt)
                      .affected_rows();
-    }
+    applied += n;
+    if (n == 0 && fenced != nullptr) fenced->push_back(f.id);
   }
   tx.commit();
   return applied;

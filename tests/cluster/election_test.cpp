@@ -114,6 +114,17 @@ TEST(Election, AFrozenLeaderIsReplacedAndNeverCommitsTwice) {
   EXPECT_NE(cluster.process(next).log().find("ended 4 open transaction(s) of the deposed leader"),
             std::string::npos)
       << cluster.process(next).log();
+  // The thawed node's late outcomes were refused, and it counts them by queue and type.
+  std::string page;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        page = http_get(cluster.metrics_addr(frozen), "/metrics");
+        return page.find(R"(baton_fenced_total{queue="default",type="record_tx"})") !=
+               std::string::npos;
+      },
+      10s))
+      << page;
+  EXPECT_GE(metric_sum(page, "baton_fenced_total"), 1) << page;
 }
 
 TEST(Election, TerminatingTheElectionSessionRevokesAndReelects) {

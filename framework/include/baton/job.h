@@ -20,6 +20,7 @@ struct Job {
   int attempt = 0;      // 1 on the first run
   int max_attempts = 0;
   std::int64_t epoch = 0;  // the leader's fencing epoch under which it was claimed
+  std::chrono::system_clock::time_point enqueued_at{};  // when it was enqueued (database clock)
 };
 
 // Options of an enqueue. Defaults: queue "default", priority 0 (lower runs first), now, 10 tries.

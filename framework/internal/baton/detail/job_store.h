@@ -50,6 +50,8 @@ struct Completion {
   std::int64_t epoch;
   double run_seconds;
   int attempt;
+  std::string queue{};  // for the metrics of a fenced outcome
+  std::string type{};
 };
 struct Failure {
   std::int64_t id;
@@ -59,14 +61,18 @@ struct Failure {
   bool dead;           // true: move to dead_jobs now
   std::string reason;  // for dead: exhausted, unknown_type, bad_payload, discarded
   std::int64_t retry_delay_ms;
+  std::string queue{};  // for the metrics of a fenced outcome
+  std::string type{};
 };
 
 // Completes one job inside the caller's transaction (transactional handlers). False when the job
 // is no longer running under `epoch`: the caller must roll back (fenced).
 bool complete_in(pqxx::work& tx, const Completion& done);
 
-// Applies outcomes in one transaction. Returns how many were applied; the rest were fenced.
+// Applies outcomes in one transaction. Returns how many were applied; the ids of the rest (the
+// fenced ones) go to `fenced` when given.
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
-                           const std::vector<Failure>& failed);
+                           const std::vector<Failure>& failed,
+                           std::vector<std::int64_t>* fenced = nullptr);
 
 }  // namespace baton::detail
