@@ -31,6 +31,8 @@ Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handler
 
 Consumer::~Consumer() {
   shutdown(Millis(0));
+  // Handlers still running would wake the poller when they finish; it is destroyed first.
+  executor_.detach_slot_free();
 }
 
 void Consumer::start() {

@@ -63,13 +63,19 @@ void Executor::submit(detail::ClaimedJob job) {
       std::lock_guard lock(idle_mutex_);
       idle_cv_.notify_all();
     }
-    on_slot_free_();
+    std::lock_guard lock(slot_free_mutex_);
+    if (on_slot_free_) on_slot_free_();
   });
 }
 
 bool Executor::wait_idle(Millis timeout) {
   std::unique_lock lock(idle_mutex_);
   return idle_cv_.wait_for(lock, timeout, [this] { return busy_.load() == 0; });
+}
+
+void Executor::detach_slot_free() {
+  std::lock_guard lock(slot_free_mutex_);
+  on_slot_free_ = nullptr;
 }
 
 void Executor::abandon() {

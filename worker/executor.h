@@ -52,6 +52,8 @@ class Executor {
   bool wait_idle(Millis timeout);
   // Stops the pool without waiting for running handlers (they finish on their own threads).
   void abandon();
+  // No more slot-freed callbacks after this returns (the poller they wake is going away).
+  void detach_slot_free();
 
  private:
   void run(const detail::ClaimedJob& job);
@@ -63,7 +65,8 @@ class Executor {
   const detail::HandlerRegistry& handlers_;
   Completer& completer_;
   detail::JobObserver* const observer_;
-  const std::function<void()> on_slot_free_;
+  std::mutex slot_free_mutex_;  // guards on_slot_free_ against detach during a callback
+  std::function<void()> on_slot_free_;
 
   std::atomic<int> busy_{0};
   std::atomic<int> waiting_{0};     // submitted, not started by a thread yet
