@@ -3,7 +3,7 @@
 #pragma once
 
 #include <cstdlib>
-#include <stdexcept>
+#include <memory>
 #include <string>
 
 #include "support/testkit.h"
@@ -17,25 +17,15 @@ class BenchDatabase {
       url_ = url;
       return;
     }
-    dir_ = test::temp_dir("bench-pg");
-    std::string out;
-    if (test::run_command(std::string(BATON_SOURCE_DIR) + "/scripts/pg start " + dir_, &out) != 0) {
-      throw std::runtime_error("could not start PostgreSQL: " + out);
-    }
-    url_ = out.substr(0, out.find('\n'));
+    server_ = std::make_unique<test::ThrowawayServer>(test::temp_dir("bench-pg"));
+    url_ = server_->url();
   }
-  ~BenchDatabase() {
-    if (!dir_.empty())
-      test::run_command(std::string(BATON_SOURCE_DIR) + "/scripts/pg destroy " + dir_, nullptr);
-  }
-  BenchDatabase(const BenchDatabase&) = delete;
-  BenchDatabase& operator=(const BenchDatabase&) = delete;
 
   const std::string& url() const { return url_; }
 
  private:
+  std::unique_ptr<test::ThrowawayServer> server_;
   std::string url_;
-  std::string dir_;
 };
 
 }  // namespace baton::bench

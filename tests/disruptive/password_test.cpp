@@ -14,22 +14,17 @@ using namespace baton::test;
 
 TEST(Password, AWrongPasswordIsReportedOnceAndRetriedWithoutLeakingIt) {
   const std::string dir = temp_dir("password");
-  run_command("chmod 755 " + dir, nullptr);
-  const std::string pg = std::string(BATON_SOURCE_DIR) + "/scripts/pg";
+  ThrowawayServer server(dir);
+  const std::string url = server.url();
   std::string out;
-  ASSERT_EQ(run_command(pg + " start " + dir + "/pg", &out), 0) << out;
-  const std::string url = out.substr(0, out.find('\n'));
-  struct Stop {
-    std::string cmd;
-    ~Stop() { run_command(cmd, nullptr); }
-  } stop{pg + " destroy " + dir + "/pg"};
   // The role must give a password; the first matching pg_hba line wins, so put it first.
   {
-    std::ifstream in(dir + "/pg/data/pg_hba.conf");
+    std::ifstream in(server.data_dir() + "/pg_hba.conf");
     std::stringstream rest;
     rest << in.rdbuf();
-    std::ofstream(dir + "/pg/data/pg_hba.conf") << "host all pw_user 127.0.0.1/32 scram-sha-256\n"
-                                                << rest.str();
+    std::ofstream(server.data_dir() + "/pg_hba.conf")
+        << "host all pw_user 127.0.0.1/32 scram-sha-256\n"
+        << rest.str();
   }
   ASSERT_EQ(run_command("psql '" + url +
                             "' -XAtq -c \"CREATE ROLE pw_user LOGIN SUPERUSER "
@@ -37,7 +32,7 @@ TEST(Password, AWrongPasswordIsReportedOnceAndRetriedWithoutLeakingIt) {
                         &out),
             0)
       << out;
-  const std::string port = url.substr(url.rfind(':') + 1, url.rfind('/') - url.rfind(':') - 1);
+  const std::string port = server.port();
   const std::string base = "postgresql://pw_user:";
   const std::string wrong = base + "Wrong-Pass-2@127.0.0.1:" + port + "/postgres";
 
@@ -49,7 +44,7 @@ TEST(Password, AWrongPasswordIsReportedOnceAndRetriedWithoutLeakingIt) {
       << node.log();
   // Wait until the server has refused it at least three times: the node did retry.
   auto refusals = [&] {
-    std::ifstream in(dir + "/pg/server.log");
+    std::ifstream in(server.log_path());
     std::stringstream text;
     text << in.rdbuf();
     const std::string all = text.str();

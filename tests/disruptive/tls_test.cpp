@@ -12,16 +12,9 @@ using namespace baton::test;
 
 TEST(Tls, VerifyFullWorksWithTheRightCaAndIsRefusedWithAnother) {
   const std::string dir = temp_dir("tls");
-  const std::string pg = std::string(BATON_SOURCE_DIR) + "/scripts/pg";
-  run_command("chmod 755 " + dir, nullptr);  // the server runs as postgres: let it in
+  ThrowawayServer server(dir);
+  const std::string url = server.url();
   std::string out;
-  ASSERT_EQ(run_command(pg + " start " + dir + "/pg", &out), 0) << out;
-  const std::string url = out.substr(0, out.find('\n'));
-  struct Stop {
-    std::string cmd;
-    ~Stop() { run_command(cmd, nullptr); }
-  } stop{pg + " destroy " + dir + "/pg"};
-
   const std::string certs =
       "cd " + dir +
       " && "
@@ -43,8 +36,7 @@ TEST(Tls, VerifyFullWorksWithTheRightCaAndIsRefusedWithAnother) {
                         &out),
             0)
       << out;
-  const std::string port = url.substr(url.rfind(':') + 1, url.rfind('/') - url.rfind(':') - 1);
-  const std::string tls = "host=localhost port=" + port +
+  const std::string tls = "host=localhost port=" + server.port() +
                           " user=postgres dbname=postgres sslmode=verify-full sslrootcert=" + dir;
   ASSERT_TRUE(wait_for(
       [&] { return run_command("psql '" + tls + "/ca.crt' -XAtq -c 'SELECT 1'", &out) == 0; }, 20s))

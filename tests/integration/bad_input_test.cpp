@@ -5,6 +5,7 @@
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 #include "support/node_runner.h"
+#include "support/schema_test.h"
 #include "support/support.h"
 
 namespace {
@@ -14,15 +15,8 @@ using baton::Client;
 using baton::EnqueueError;
 using baton::EnqueueOptions;
 
-class BadInput : public ::testing::Test {
+class BadInput : public SchemaTest {
  protected:
-  void SetUp() override {
-    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
-    baton::detail::migrate(*conn, schema_);
-    db_ = connect(schema_);
-  }
-  long long count(const std::string& sql) { return query_int(*db_, sql); }
   // The message of the EnqueueError the call throws ("" if none).
   template <class F>
   std::string refused(F call) {
@@ -33,8 +27,6 @@ class BadInput : public ::testing::Test {
     }
     return "";
   }
-  std::string schema_;
-  std::unique_ptr<pqxx::connection> db_;
 };
 
 TEST_F(BadInput, PayloadsWithNulBytesOrInvalidUtf8AreRefused) {

@@ -5,6 +5,7 @@
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 #include "support/node_runner.h"
+#include "support/schema_test.h"
 #include "support/support.h"
 
 namespace {
@@ -13,15 +14,8 @@ using namespace baton::test;
 using baton::JobContext;
 using baton::Node;
 
-class Periodic : public ::testing::Test {
+class Periodic : public SchemaTest {
  protected:
-  void SetUp() override {
-    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
-    baton::detail::migrate(*conn, schema_);
-    db_ = connect(schema_);
-  }
-  long long count(const std::string& sql) { return query_int(*db_, sql); }
   // The tick times (run_at, as epoch seconds) of every job of `type`, live or finished.
   std::vector<long long> ticks(const std::string& type) {
     std::vector<long long> out;
@@ -34,8 +28,6 @@ class Periodic : public ::testing::Test {
     }
     return out;
   }
-  std::string schema_;
-  std::unique_ptr<pqxx::connection> db_;
 };
 
 void tick_handlers(Node& node) {

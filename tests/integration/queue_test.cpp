@@ -10,6 +10,7 @@
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 #include "support/node_runner.h"
+#include "support/schema_test.h"
 #include "support/support.h"
 
 namespace {
@@ -29,22 +30,7 @@ void from_json(const nlohmann::json& j, Invoice& i) {
   j.at("cents").get_to(i.cents);
 }
 
-class Queue : public ::testing::Test {
- protected:
-  void SetUp() override {
-    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
-    baton::detail::migrate(*conn, schema_);
-    db_ = connect(schema_);
-  }
-  long long count(const std::string& sql) { return query_int(*db_, sql); }
-  bool wait_count(const std::string& sql, long long want, std::chrono::milliseconds timeout = 20s) {
-    return wait_for([&] { return count(sql) == want; }, timeout);
-  }
-
-  std::string schema_;
-  std::unique_ptr<pqxx::connection> db_;
-};
+class Queue : public SchemaTest {};
 
 TEST_F(Queue, AnEnqueuedJobRunsOnceAndMovesToHistoryWithItsTimings) {
   std::mutex m;
@@ -212,21 +198,7 @@ using baton::JobContext;
 using baton::NewJob;
 using baton::Node;
 
-class Producers : public ::testing::Test {
- protected:
-  void SetUp() override {
-    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
-    baton::detail::migrate(*conn, schema_);
-    db_ = connect(schema_);
-  }
-  long long count(const std::string& sql) { return query_int(*db_, sql); }
-  bool wait_count(const std::string& sql, long long want, std::chrono::milliseconds t = 30s) {
-    return wait_for([&] { return count(sql) == want; }, t);
-  }
-  std::string schema_;
-  std::unique_ptr<pqxx::connection> db_;
-};
+class Producers : public SchemaTest {};
 
 TEST_F(Producers, AJobEnqueuedInTheCallersTransactionExistsOnlyIfItCommits) {
   pqxx::connection app(database_url());  // the application's own connection, default search_path

@@ -8,6 +8,7 @@
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 #include "support/node_runner.h"
+#include "support/schema_test.h"
 #include "support/support.h"
 
 namespace {
@@ -16,15 +17,8 @@ using namespace baton::test;
 using baton::JobContext;
 using baton::Node;
 
-class SqlApi : public ::testing::Test {
+class SqlApi : public SchemaTest {
  protected:
-  void SetUp() override {
-    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
-    baton::detail::migrate(*conn, schema_);
-    db_ = connect(schema_);
-  }
-  long long count(const std::string& sql) { return query_int(*db_, sql); }
   // The SQLSTATE and message of a statement that must fail.
   std::pair<std::string, std::string> error_of(const std::string& sql) {
     try {
@@ -35,8 +29,6 @@ class SqlApi : public ::testing::Test {
     }
     return {"", "no error"};
   }
-  std::string schema_;
-  std::unique_ptr<pqxx::connection> db_;
 };
 
 TEST_F(SqlApi, AJobEnqueuedInSqlIsProcessedByARunningNode) {

@@ -8,6 +8,7 @@
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 #include "support/node_runner.h"
+#include "support/schema_test.h"
 #include "support/support.h"
 
 namespace {
@@ -18,19 +19,7 @@ using baton::EnqueueOptions;
 using baton::JobContext;
 using baton::Node;
 
-class Worker : public ::testing::Test {
- protected:
-  void SetUp() override {
-    schema_ = unique_schema(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
-    baton::detail::migrate(*conn, schema_);
-    db_ = connect(schema_);
-  }
-  long long count(const std::string& sql) { return query_int(*db_, sql); }
-
-  std::string schema_;
-  std::unique_ptr<pqxx::connection> db_;
-};
+class Worker : public SchemaTest {};
 
 TEST_F(Worker, ClaimedJobsStartAtOnceBecauseClaimsFitTheFreeThreads) {
   // If the poller claimed more than the pool could start, the extra jobs would sit claimed for a

@@ -201,3 +201,24 @@ int free_port() {
 }
 
 }  // namespace baton::test
+
+namespace baton::test {
+
+ThrowawayServer::ThrowawayServer(const std::string& dir) : dir_(dir) {
+  run_command("chmod 755 " + dir, nullptr);  // the server runs as postgres: let it in
+  std::string out;
+  if (run_command(std::string(BATON_SOURCE_DIR) + "/scripts/pg start " + dir + "/pg", &out) != 0) {
+    throw std::runtime_error("cannot start a throwaway PostgreSQL: " + out);
+  }
+  url_ = out.substr(0, out.find('\n'));
+}
+
+ThrowawayServer::~ThrowawayServer() {
+  run_command(std::string(BATON_SOURCE_DIR) + "/scripts/pg destroy " + dir_ + "/pg", nullptr);
+}
+
+std::string ThrowawayServer::port() const {
+  return url_.substr(url_.rfind(':') + 1, url_.rfind('/') - url_.rfind(':') - 1);
+}
+
+}  // namespace baton::test

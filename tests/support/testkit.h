@@ -57,6 +57,24 @@ double metric_sum(const std::string& page, const std::string& name);
 // Path to a built binary, from the BATON_BIN_DIR compile definition.
 std::string binary(const std::string& name);
 
+// A PostgreSQL server of a test's own (scripts/pg in `dir`/pg), destroyed with the object.
+class ThrowawayServer {
+ public:
+  explicit ThrowawayServer(const std::string& dir);
+  ~ThrowawayServer();
+  ThrowawayServer(const ThrowawayServer&) = delete;
+  ThrowawayServer& operator=(const ThrowawayServer&) = delete;
+
+  const std::string& url() const { return url_; }
+  std::string port() const;
+  std::string data_dir() const { return dir_ + "/pg/data"; }
+  std::string log_path() const { return dir_ + "/pg/server.log"; }
+
+ private:
+  std::string dir_;
+  std::string url_;
+};
+
 // A free TCP port on 127.0.0.1 (bound and released: another process could take it meanwhile).
 int free_port();
 
