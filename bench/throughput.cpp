@@ -65,14 +65,18 @@ class Bench {
       nodes_.push_back(std::make_unique<baton::test::Process>(
           std::vector<std::string>{baton::test::binary("batond"), "--database-url", url_,
                                    "--schema", schema_, "--node-id", "b" + std::to_string(i),
-                                   "--threads", std::to_string(o_.threads), "--batch-size",
-                                   "1000", "--no-migrate", "--metrics-listen", "off",
-                                   "--log-level", "warn"},
+                                   "--threads", std::to_string(o_.threads), "--batch-size", "1000",
+                                   "--no-migrate", "--metrics-listen", "off", "--log-level",
+                                   "warn"},
           dir_ + "/b" + std::to_string(i) + ".log"));
     }
-    baton::test::wait_for([&] { return count("SELECT count(*) FROM locks WHERE expires_at > "
-                                              "clock_timestamp()") == 1; },
-                          30s);
+    baton::test::wait_for(
+        [&] {
+          return count(
+                     "SELECT count(*) FROM locks WHERE expires_at > "
+                     "clock_timestamp()") == 1;
+        },
+        30s);
   }
   void stop_nodes() { nodes_.clear(); }
 
@@ -80,7 +84,8 @@ class Bench {
     baton::Client client(url_, schema_);
     constexpr int kSingle = 5000;
     auto t0 = Clock::now();
-    for (int i = 0; i < kSingle; ++i) client.enqueue("noop", nlohmann::json::object());
+    for (int i = 0; i < kSingle; ++i)
+      client.enqueue("noop", nlohmann::json::object());
     const double single = kSingle / std::chrono::duration<double>(Clock::now() - t0).count();
     std::printf("%-34s %12.0f jobs/s\n", "enqueue, single, sequential", single);
     figure("enqueue", {{"mode", "single"}, {"jobs_per_s", single}, {"jobs", kSingle}});
@@ -89,9 +94,9 @@ class Bench {
                                            nlohmann::json{{"n", 1}});
       const int rounds = 200'000 / batch;
       t0 = Clock::now();
-      for (int r = 0; r < rounds; ++r) client.enqueue_many("noop", payloads);
-      const double rate =
-          rounds * batch / std::chrono::duration<double>(Clock::now() - t0).count();
+      for (int r = 0; r < rounds; ++r)
+        client.enqueue_many("noop", payloads);
+      const double rate = rounds * batch / std::chrono::duration<double>(Clock::now() - t0).count();
       std::printf("enqueue, batches of %-14d %12.0f jobs/s\n", batch, rate);
       figure("enqueue", {{"mode", "batch"}, {"batch", batch}, {"jobs_per_s", rate}});
     }
@@ -110,7 +115,8 @@ class Bench {
     const double rate = static_cast<double>(n) / secs;
     std::printf("%-34s %12.0f jobs/s  (%lld jobs in %.1f s, election included)\n", label, rate, n,
                 secs);
-    figure("drain", {{"jobs", n}, {"jobs_per_s", rate}, {"seconds", secs}, {"threads", o_.threads}});
+    figure("drain",
+           {{"jobs", n}, {"jobs_per_s", rate}, {"seconds", secs}, {"threads", o_.threads}});
     exec("TRUNCATE job_history");
     return rate;
   }
