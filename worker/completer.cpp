@@ -33,7 +33,7 @@ void Completer::stop(Millis deadline) {
 void Completer::add(detail::Completion done) {
   {
     std::lock_guard lock(mutex_);
-    done_.push_back(done);
+    done_.push_back(std::move(done));
     if (observer_ != nullptr)
       observer_->completer_pending(done_.size() + failed_.size() + in_flight_);
   }
