@@ -78,10 +78,6 @@ void Executor::detach_slot_free() {
   on_slot_free_ = nullptr;
 }
 
-void Executor::abandon() {
-  if (pool_) pool_->stop();
-}
-
 bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& ctx,
                                  double& run_seconds) {
   const auto started = Clock::now();

@@ -50,8 +50,6 @@ class Executor {
   void cancel(bool on) { cancelled_.store(on); }
   // Waits until no handler runs, or the timeout passes. True when idle.
   bool wait_idle(Millis timeout);
-  // Stops the pool without waiting for running handlers (they finish on their own threads).
-  void abandon();
   // No more slot-freed callbacks after this returns (the poller they wake is going away).
   void detach_slot_free();
 

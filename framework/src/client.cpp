@@ -33,24 +33,6 @@ wake AS (SELECT pg_notify($9, $1))
 SELECT id FROM ins WHERE (SELECT 1 FROM wake) = 1 ORDER BY id
 )sql";
 
-// Replaces @ with the quoted schema.
-std::string with_schema(const char* sql, const std::string& quoted_schema) {
-  std::string out;
-  for (const char* p = sql; *p != '\0'; ++p) {
-    if (*p == '@') {
-      out += quoted_schema;
-    } else {
-      out += *p;
-    }
-  }
-  return out;
-}
-
-std::string quote_schema(const std::string& schema) {
-  detail::validate_schema_name(schema);  // [a-z_][a-z0-9_]*: quoting is only belt and braces
-  return "\"" + schema + "\"";
-}
-
 // True when a string (or key) anywhere in `j` holds a NUL character.
 bool has_nul(const nlohmann::json& j) {
   if (j.is_string()) return j.get_ref<const std::string&>().find('\0') != std::string::npos;
@@ -142,17 +124,17 @@ std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
 std::vector<std::int64_t> run_enqueue(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
                                       const ClientOptions& options) {
   if (jobs.empty()) return {};
-  const std::string schema = quote_schema(options.schema);
+  const std::string& schema = options.schema;
   const std::string encoded = encode(jobs, options.max_payload_bytes);
-  auto rows =
-      translating([&] { return tx.exec_params(with_schema(kEnqueueSql, schema), encoded); });
+  auto rows = translating(
+      [&] { return tx.exec_params(detail::with_schema(kEnqueueSql, schema), encoded); });
   std::vector<std::int64_t> ids;
   ids.reserve(rows.size());
   for (const auto& r : rows)
     ids.push_back(r[0].as<std::int64_t>());
   // One job whose key is live already: the answer is the existing job's id.
   if (ids.empty() && jobs.size() == 1 && !jobs[0].options.idempotency_key.empty()) {
-    auto existing = tx.exec_params(with_schema(kExistingSql, schema), jobs[0].options.queue,
+    auto existing = tx.exec_params(detail::with_schema(kExistingSql, schema), jobs[0].options.queue,
                                    jobs[0].options.idempotency_key);
     if (!existing.empty()) ids.push_back(existing[0][0].as<std::int64_t>());
   }
@@ -242,14 +224,14 @@ std::vector<std::int64_t> Client::enqueue_copies(std::string_view type,
   std::string text;
   check(NewJob{std::string(type), payload, options}, impl_->options.max_payload_bytes, &text);
   pqxx::work tx(*impl_->conn);
-  const std::string schema = quote_schema(impl_->options.schema);
+  const std::string& schema = impl_->options.schema;
   translating([&] {
     return tx.exec_params(
-        with_schema(kValidateSql, schema),
+        detail::with_schema(kValidateSql, schema),
         encode({NewJob{std::string(type), payload, options}}, impl_->options.max_payload_bytes));
   });
-  auto rows = tx.exec_params(with_schema(kCopiesSql, quote_schema(impl_->options.schema)),
-                             options.queue, std::string(type), text, options.priority,
+  auto rows = tx.exec_params(detail::with_schema(kCopiesSql, impl_->options.schema), options.queue,
+                             std::string(type), text, options.priority,
                              static_cast<std::int64_t>(options.delay.count()), options.max_attempts,
                              static_cast<int>(options.timeout.count()), count,
                              detail::jobs_channel(impl_->options.schema));
@@ -283,10 +265,10 @@ void Client::declare_ordered_queue(std::string_view queue, int partitions) {
                        " is out of range; use 1..4096");
   }
   pqxx::work tx(*impl_->conn);
-  tx.exec_params(with_schema("INSERT INTO @.queue_state (queue, partitions, updated_by) "
-                             "VALUES ($1, $2, 'client') ON CONFLICT (queue) DO UPDATE SET "
-                             "partitions = excluded.partitions, updated_at = now()",
-                             quote_schema(impl_->options.schema)),
+  tx.exec_params(detail::with_schema("INSERT INTO @.queue_state (queue, partitions, updated_by) "
+                                     "VALUES ($1, $2, 'client') ON CONFLICT (queue) DO UPDATE SET "
+                                     "partitions = excluded.partitions, updated_at = now()",
+                                     impl_->options.schema),
                  std::string(queue), partitions);
   tx.commit();
 }

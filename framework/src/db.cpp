@@ -84,6 +84,21 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
   return conn;
 }
 
+std::string with_schema(std::string_view sql, std::string_view schema) {
+  validate_schema_name(schema);  // [a-z_][a-z0-9_]*: the quotes are belt and braces
+  const std::string quoted = "\"" + std::string(schema) + "\"";
+  std::string out;
+  out.reserve(sql.size() + 4 * quoted.size());
+  for (char c : sql) {
+    if (c == '@') {
+      out += quoted;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string int_array(const std::vector<std::int64_t>& values) {
   std::string out = "{";
   for (std::size_t i = 0; i < values.size(); ++i) {

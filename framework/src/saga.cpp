@@ -10,18 +10,6 @@
 namespace baton {
 namespace {
 
-std::string with_schema(const char* sql, const std::string& schema) {
-  std::string out;
-  for (const char* p = sql; *p != '\0'; ++p) {
-    if (*p == '@') {
-      out += schema;
-    } else {
-      out += *p;
-    }
-  }
-  return out;
-}
-
 constexpr const char* kFindSql = R"sql(
 SELECT s.id::text, s.version, s.completed_at IS NOT NULL, s.data::text
   FROM @.saga_index i JOIN @.sagas s ON s.id = i.saga_id
@@ -64,7 +52,7 @@ std::optional<SagaStore::Raw> read(const pqxx::result& r) {
 
 SagaStore::SagaStore(const std::string& schema) {
   detail::validate_schema_name(schema);
-  schema_ = "\"" + schema + "\"";
+  schema_ = schema;
 }
 
 std::optional<SagaStore::Raw> SagaStore::find_raw(pqxx::dbtransaction& tx, std::string_view type,
@@ -82,13 +70,14 @@ std::optional<SagaStore::Raw> SagaStore::find_raw(pqxx::dbtransaction& tx, std::
                                 std::string(property) + "'; add it to indexed() of the type" +
                                 (names.empty() ? "" : " (indexed now: " + names + ")"));
   }
-  return read(tx.exec_params(with_schema(kFindSql, schema_), std::string(type),
+  return read(tx.exec_params(detail::with_schema(kFindSql, schema_), std::string(type),
                              std::string(property), std::string(value)));
 }
 
 std::optional<SagaStore::Raw> SagaStore::get_raw(pqxx::dbtransaction& tx, std::string_view type,
                                                  std::string_view id) const {
-  return read(tx.exec_params(with_schema(kGetSql, schema_), std::string(id), std::string(type)));
+  return read(
+      tx.exec_params(detail::with_schema(kGetSql, schema_), std::string(id), std::string(type)));
 }
 
 void SagaStore::save_raw(pqxx::dbtransaction& tx, std::string_view type,
@@ -98,18 +87,18 @@ void SagaStore::save_raw(pqxx::dbtransaction& tx, std::string_view type,
   }
   const std::string data = saga.data.dump();
   if (saga.id.empty()) {
-    auto r = tx.exec_params(with_schema(kInsertSql, schema_), std::string(type), data);
+    auto r = tx.exec_params(detail::with_schema(kInsertSql, schema_), std::string(type), data);
     saga.id = r[0][0].c_str();
     saga.version = r[0][1].as<int>();
   } else {
-    auto r = tx.exec_params(with_schema(kUpdateSql, schema_), saga.id, data, saga.version);
+    auto r = tx.exec_params(detail::with_schema(kUpdateSql, schema_), saga.id, data, saga.version);
     if (r.empty()) {
       throw SagaConflict("saga " + saga.id + " changed since it was loaded at version " +
                          std::to_string(saga.version) + "; load it again and retry");
     }
     saga.version = r[0][0].as<int>();
   }
-  tx.exec_params(with_schema(kClearIndexSql, schema_), saga.id);
+  tx.exec_params(detail::with_schema(kClearIndexSql, schema_), saga.id);
   for (const auto& property : indexed) {
     const auto it = saga.data.find(property);
     if (it == saga.data.end() || it->is_null()) continue;
@@ -117,7 +106,8 @@ void SagaStore::save_raw(pqxx::dbtransaction& tx, std::string_view type,
     // A savepoint, so that a taken value becomes a SagaConflict and not an aborted transaction.
     pqxx::subtransaction sub(tx, "saga_index");
     try {
-      sub.exec_params(with_schema(kIndexSql, schema_), std::string(type), property, value, saga.id);
+      sub.exec_params(detail::with_schema(kIndexSql, schema_), std::string(type), property, value,
+                      saga.id);
       sub.commit();
     } catch (const pqxx::unique_violation&) {
       throw SagaConflict("another saga of type '" + std::string(type) + "' has " + property +
@@ -127,8 +117,8 @@ void SagaStore::save_raw(pqxx::dbtransaction& tx, std::string_view type,
 }
 
 void SagaStore::complete_raw(pqxx::dbtransaction& tx, const std::string& id) const {
-  tx.exec_params(with_schema(kClearIndexSql, schema_), id);
-  tx.exec_params(with_schema(kCompleteSql, schema_), id);
+  tx.exec_params(detail::with_schema(kClearIndexSql, schema_), id);
+  tx.exec_params(detail::with_schema(kCompleteSql, schema_), id);
 }
 
 }  // namespace baton

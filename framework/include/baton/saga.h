@@ -94,7 +94,7 @@ class SagaStore {
     if (!raw) return std::nullopt;
     return Saga<T>{raw->id, raw->version, raw->completed, raw->data.get<T>()};
   }
-  std::string schema_;  // quoted
+  std::string schema_;  // validated
 };
 
 }  // namespace baton

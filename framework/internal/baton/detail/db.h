@@ -32,6 +32,10 @@ void validate_schema_name(std::string_view name);
 std::string int_array(const std::vector<std::int64_t>& values);
 std::string double_array(const std::vector<double>& values);
 
+// `sql` with every '@' replaced by the schema, validated and double-quoted: for statements that
+// name baton's schema explicitly (they may run on a caller's connection and search_path).
+std::string with_schema(std::string_view sql, std::string_view schema);
+
 // The NOTIFY channels of a schema (the schema name is validated, so they are plain identifiers).
 inline std::string jobs_channel(std::string_view schema) {
   return std::string(schema) + "_jobs";
