@@ -34,8 +34,7 @@ void Completer::add(detail::Completion done) {
   {
     std::lock_guard lock(mutex_);
     done_.push_back(std::move(done));
-    if (observer_ != nullptr)
-      observer_->completer_pending(done_.size() + failed_.size() + in_flight_);
+    if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
   cv_.notify_one();
 }
@@ -44,41 +43,55 @@ void Completer::add(detail::Failure failed) {
   {
     std::lock_guard lock(mutex_);
     failed_.push_back(std::move(failed));
-    if (observer_ != nullptr)
-      observer_->completer_pending(done_.size() + failed_.size() + in_flight_);
+    if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
+  }
+  cv_.notify_one();
+}
+
+void Completer::add(detail::Release released) {
+  {
+    std::lock_guard lock(mutex_);
+    released_.push_back(released);
+    if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
   cv_.notify_one();
 }
 
 std::size_t Completer::pending() const {
   std::lock_guard lock(mutex_);
-  return done_.size() + failed_.size() + in_flight_;
+  return queued() + in_flight_;
 }
 
 bool Completer::wait_flushed(Millis timeout) {
   std::unique_lock lock(mutex_);
-  return flushed_cv_.wait_for(
-      lock, timeout, [this] { return done_.empty() && failed_.empty() && in_flight_ == 0; });
+  return flushed_cv_.wait_for(lock, timeout, [this] { return queued() == 0 && in_flight_ == 0; });
 }
 
 void Completer::loop() {
   std::vector<detail::Completion> done;
   std::vector<detail::Failure> failed;
+  std::vector<detail::Release> released;
   Millis backoff{50};
   bool reported = false;
   std::unique_lock lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [this, &done, &failed] {
-      return stopping_ || !done_.empty() || !failed_.empty() || !done.empty() || !failed.empty();
+    cv_.wait(lock, [&] {
+      return stopping_ || queued() > 0 || !done.empty() || !failed.empty() || !released.empty();
     });
-    // Take everything queued; what failed to write last time is still in done/failed.
-    for (auto& d : done_)
-      done.push_back(d);
+    // Take everything queued; what failed to write last time is still in done/failed/released.
+    if (done.empty()) {
+      done.swap(done_);
+    } else {
+      for (auto& d : done_)
+        done.push_back(std::move(d));
+      done_.clear();
+    }
     for (auto& f : failed_)
       failed.push_back(std::move(f));
-    done_.clear();
     failed_.clear();
-    in_flight_ = done.size() + failed.size();
+    released.insert(released.end(), released_.begin(), released_.end());
+    released_.clear();
+    in_flight_ = done.size() + failed.size() + released.size();
     if (in_flight_ == 0) {
       flushed_cv_.notify_all();
       if (stopping_) return;
@@ -87,7 +100,7 @@ void Completer::loop() {
     lock.unlock();
     bool ok = true;
     try {
-      write(done, failed);
+      write(done, failed, released);
       if (reported) spdlog::info("completer: database reachable again");
       reported = false;
       backoff = Millis(50);
@@ -104,7 +117,7 @@ void Completer::loop() {
     lock.lock();
     if (ok) {
       in_flight_ = 0;
-      if (observer_ != nullptr) observer_->completer_pending(done_.size() + failed_.size());
+      if (observer_ != nullptr) observer_->completer_pending(queued());
       flushed_cv_.notify_all();
       continue;
     }
@@ -122,11 +135,12 @@ void Completer::loop() {
   }
 }
 
-void Completer::write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed) {
+void Completer::write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
+                      std::vector<detail::Release>& released) {
   if (!conn_) conn_ = detail::connect(connect_);
   const std::size_t sent = done.size() + failed.size();
   std::vector<std::int64_t> fenced;
-  const std::size_t applied = detail::apply_outcomes(*conn_, done, failed, &fenced);
+  const std::size_t applied = detail::apply_outcomes(*conn_, done, failed, &fenced, released);
   if (applied < sent) {
     spdlog::warn("completer: {} of {} outcomes were FENCED (their jobs belong to a newer epoch)",
                  sent - applied, sent);
@@ -146,6 +160,7 @@ void Completer::write(std::vector<detail::Completion>& done, std::vector<detail:
   }
   done.clear();
   failed.clear();
+  released.clear();
 }
 
 }  // namespace baton::worker

@@ -32,13 +32,16 @@ class Completer {
 
   void add(detail::Completion done);
   void add(detail::Failure failed);
+  void add(detail::Release released);
   std::size_t pending() const;
   // Blocks until every outcome added so far is written (or fenced), or the timeout passes.
   bool wait_flushed(Millis timeout);
 
  private:
   void loop();
-  void write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed);
+  void write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
+             std::vector<detail::Release>& released);
+  std::size_t queued() const { return done_.size() + failed_.size() + released_.size(); }
 
   const detail::ConnectOptions connect_;
   detail::JobObserver* const observer_;
@@ -49,6 +52,7 @@ class Completer {
   std::condition_variable flushed_cv_;
   std::vector<detail::Completion> done_;
   std::vector<detail::Failure> failed_;
+  std::vector<detail::Release> released_;
   std::size_t in_flight_ = 0;  // taken out of the queues, not yet written
   bool stopping_ = false;
   std::chrono::steady_clock::time_point stop_deadline_{};

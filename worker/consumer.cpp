@@ -42,6 +42,7 @@ void Consumer::start() {
 void Consumer::granted(std::int64_t epoch) {
   std::lock_guard lock(mutex_);
   executor_.cancel(false);
+  executor_.accept(epoch);
   rescuer_->start(epoch);
   poller_.start(epoch);
   pruner_->start(epoch);
@@ -52,6 +53,7 @@ void Consumer::granted(std::int64_t epoch) {
 
 void Consumer::revoked(std::int64_t epoch) {
   std::lock_guard lock(mutex_);
+  executor_.stop_accepting();
   poller_.stop();
   rescuer_->stop();
   pruner_->stop();
@@ -65,6 +67,8 @@ void Consumer::revoked(std::int64_t epoch) {
 bool Consumer::drain(Millis grace) {
   std::lock_guard lock(mutex_);
   poller_.stop();
+  // Claimed jobs that have not started go back to the queue now rather than delay the handover.
+  executor_.stop_accepting();
   const bool idle = executor_.wait_idle(grace);
   if (!idle) spdlog::warn("shutdown grace ran out with handlers still running; abandoning them");
   const bool flushed = completer_.wait_flushed(grace);
@@ -73,6 +77,7 @@ bool Consumer::drain(Millis grace) {
 
 void Consumer::shutdown(Millis flush_deadline) {
   std::lock_guard lock(mutex_);
+  executor_.stop_accepting();
   poller_.stop();
   rescuer_->stop();
   pruner_->stop();

@@ -52,7 +52,16 @@ void Executor::submit(detail::ClaimedJob job) {
   boost::asio::post(*pool_, [this, job = std::move(job)] {
     const int still_waiting = waiting_.fetch_sub(1) - 1;
     if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
-    run(job);
+    if (job.job.epoch == accepting_.load()) {
+      if (observer_ != nullptr) {
+        const double held = std::chrono::duration<double>(Clock::now() - job.claimed).count();
+        observer_->job_started(job.job.queue, job.job.type, job.wait_seconds + held);
+      }
+      run(job);
+    } else {
+      completer_.add(detail::Release{job.job.id, job.job.epoch, job.job.attempt});
+    }
+    finished_.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard lock(queue_mutex_);
       if (--queue_busy_[job.job.queue] == 0) queue_busy_.erase(job.job.queue);
@@ -63,6 +72,7 @@ void Executor::submit(detail::ClaimedJob job) {
       std::lock_guard lock(idle_mutex_);
       idle_cv_.notify_all();
     }
+    if (waiting_.load() > refill_mark_.load(std::memory_order_relaxed)) return;
     std::lock_guard lock(slot_free_mutex_);
     if (on_slot_free_) on_slot_free_();
   });

@@ -1,8 +1,10 @@
 // Executor: runs handlers on a boost::asio::thread_pool of a fixed size and turns each run into
-// an outcome for the completer. It counts its busy threads so that the poller never claims more
-// jobs than it can start at once.
+// an outcome for the completer. Submitted jobs wait in the pool's queue for a free thread; the
+// poller keeps that queue short (see poller.h). A job starts only while the executor accepts its
+// epoch: once leadership ends, or a graceful shutdown begins, jobs that have not started are
+// released back to the queue through the completer instead.
 //
-// Thread-safety: submit() from the poller thread; free_slots(), cancel() and wait_idle() from any.
+// Thread-safety: submit() from the poller thread; every other member from any thread.
 #pragma once
 
 #include <atomic>
@@ -41,7 +43,18 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   int threads() const { return config_.threads; }
+  // Threads minus submitted jobs (running or waiting); negative while jobs wait.
   int free_slots() const { return config_.threads - busy_.load(); }
+  // Submitted jobs that wait for a thread.
+  int waiting() const { return waiting_.load(); }
+  // Handler runs finished so far (the poller derives the job rate from it).
+  std::uint64_t finished() const { return finished_.load(std::memory_order_relaxed); }
+  // A finished job wakes the poller (on_slot_free) only when at most `mark` jobs still wait.
+  void set_refill_mark(int mark) { refill_mark_.store(mark, std::memory_order_relaxed); }
+  // Jobs of `epoch` may start; jobs of any other epoch are released instead.
+  void accept(std::int64_t epoch) { accepting_.store(epoch); }
+  // No job starts any more (until the next accept); those waiting are released.
+  void stop_accepting() { accepting_.store(0); }
   // Jobs of `queue` running now.
   int busy_in(const std::string& queue) const;
   // Starts the job on a pool thread. The caller made sure a slot is free.
@@ -67,8 +80,11 @@ class Executor {
   std::function<void()> on_slot_free_;
 
   std::atomic<int> busy_{0};
-  std::atomic<int> waiting_{0};     // submitted, not started by a thread yet
-  mutable std::mutex queue_mutex_;  // guards queue_busy_
+  std::atomic<int> waiting_{0};  // submitted, not started by a thread yet
+  std::atomic<std::uint64_t> finished_{0};
+  std::atomic<int> refill_mark_{0};
+  std::atomic<std::int64_t> accepting_{0};  // the epoch whose jobs may start; 0: none
+  mutable std::mutex queue_mutex_;          // guards queue_busy_
   std::unordered_map<std::string, int> queue_busy_;
   std::atomic<bool> cancelled_{false};
   std::mutex idle_mutex_;

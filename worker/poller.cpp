@@ -39,6 +39,9 @@ Poller::~Poller() {
 void Poller::start(std::int64_t epoch) {
   stop();
   stopping_.store(false);
+  rate_ = 0;
+  rate_finished_ = executor_.finished();
+  rate_since_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this, epoch] { loop(epoch); });
 }
 
@@ -60,6 +63,21 @@ void Poller::wait(Millis timeout) {
   [[maybe_unused]] auto n = read(wake_fd_, &drained, sizeof drained);
 }
 
+int Poller::buffer_size() {
+  constexpr double kBufferSeconds = 0.1;
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - rate_since_).count();
+  if (elapsed >= 0.02) {
+    const std::uint64_t finished = executor_.finished();
+    const double rate = static_cast<double>(finished - rate_finished_) / elapsed;
+    // A long idle wait says little about the next burst: weigh it as one short window.
+    rate_ = elapsed > 1.0 ? rate : 0.5 * rate_ + 0.5 * rate;
+    rate_finished_ = finished;
+    rate_since_ = now;
+  }
+  return std::min(config_.batch_size, static_cast<int>(rate_ * kBufferSeconds));
+}
+
 bool Poller::claim_round(std::int64_t epoch) {
   bool more = false;  // some claim came back full: more jobs may be waiting
   auto claim = [&](int want, const std::vector<std::string>& queues,
@@ -68,12 +86,13 @@ bool Poller::claim_round(std::int64_t epoch) {
     auto jobs =
         detail::claim_jobs(*conn_, config_.lock, config_.node_id, epoch, want, queues, except);
     more = more || jobs.size() == static_cast<std::size_t>(want);
-    for (auto& j : jobs) {
-      if (observer_ != nullptr) observer_->job_started(j.job.queue, j.job.type, j.wait_seconds);
+    for (auto& j : jobs)
       executor_.submit(std::move(j));
-    }
   };
   // Queues with a concurrency limit first, each claimed up to its own free slots; then the rest.
+  const int buffer = buffer_size();
+  executor_.set_refill_mark(buffer / 2);
+  int room = executor_.free_slots() + buffer;
   std::vector<std::string> limited;
   for (const auto& [queue, limit] : config_.queue_limits) {
     if (!config_.queues.empty() &&
@@ -81,17 +100,17 @@ bool Poller::claim_round(std::int64_t epoch) {
       continue;
     }
     limited.push_back(queue);
-    claim(std::min({executor_.free_slots(), limit - executor_.busy_in(queue), config_.batch_size}),
-          {queue}, {});
+    claim(std::min({room, limit - executor_.busy_in(queue), config_.batch_size}), {queue}, {});
+    room = executor_.free_slots() + buffer;
   }
   std::vector<std::string> rest;
   for (const auto& q : config_.queues) {
     if (config_.queue_limits.count(q) == 0) rest.push_back(q);
   }
   if (config_.queues.empty() || !rest.empty()) {
-    claim(std::min(executor_.free_slots(), config_.batch_size), rest, limited);
+    claim(std::min(room, config_.batch_size), rest, limited);
   }
-  return more && executor_.free_slots() > 0;
+  return more && executor_.free_slots() + buffer > 0;
 }
 
 void Poller::loop(std::int64_t epoch) {
@@ -109,6 +128,9 @@ void Poller::loop(std::int64_t epoch) {
       reported = false;
       backoff = Millis(50);
       if (more) continue;
+      // A NOTIFY that arrived during the claim is already read off the socket: poll() would
+      // not see it.
+      if (conn_->get_notifs() > 0) continue;
       wait(config_.poll_interval);
       conn_->get_notifs();
     } catch (const std::exception& e) {

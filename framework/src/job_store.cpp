@@ -89,12 +89,16 @@ DELETE FROM sagas
                WHERE completed_at < now() - $1::bigint * interval '1 millisecond' LIMIT $2)
 )sql";
 
+// Outcomes find their rows by primary key. They test `state <> 'available'` (the only other state
+// is 'running') rather than `state = 'running'` so that the planner cannot use the partial index
+// jobs_running_idx: its statistics are often from a moment when few jobs ran (right after a large
+// enqueue), and a plan that scans every running job once per outcome is quadratic in the batch.
 constexpr const char* kCompleteSql = R"sql(
 WITH done AS (
   DELETE FROM jobs j
    USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::int[])
          AS c(id, epoch, run_seconds, attempt)
-   WHERE j.id = c.id AND j.state = 'running' AND j.claimed_epoch = c.epoch
+   WHERE j.id = c.id AND j.state <> 'available' AND j.claimed_epoch = c.epoch
      AND j.attempts = c.attempt
   RETURNING j.*, c.run_seconds)
 INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts, created_at,
@@ -106,6 +110,16 @@ SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, 
 RETURNING id
 )sql";
 
+// A job claimed but never started goes back as it was before the claim.
+constexpr const char* kReleaseSql = R"sql(
+UPDATE jobs j
+   SET state = 'available', attempts = j.attempts - 1, claimed_by = NULL, claimed_at = NULL,
+       first_started_at = CASE WHEN j.attempts = 1 THEN NULL ELSE j.first_started_at END
+  FROM unnest($1::bigint[], $2::bigint[], $3::int[]) AS r(id, epoch, attempt)
+ WHERE j.id = r.id AND j.state <> 'available' AND j.claimed_epoch = r.epoch
+   AND j.attempts = r.attempt
+)sql";
+
 constexpr const char* kRetrySql = R"sql(
 UPDATE jobs
    SET state = 'available', run_at = now() + $3::bigint * interval '1 millisecond',
@@ -114,12 +128,13 @@ UPDATE jobs
                   'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
                   'error', $4::text)),
        claimed_by = NULL, claimed_at = NULL
- WHERE id = $1 AND state = 'running' AND claimed_epoch = $2 AND attempts = $5
+ WHERE id = $1 AND state <> 'available' AND claimed_epoch = $2 AND attempts = $5
 )sql";
 
 constexpr const char* kDeadSql = R"sql(
 WITH d AS (
-  DELETE FROM jobs WHERE id = $1 AND state = 'running' AND claimed_epoch = $2 AND attempts = $5
+  DELETE FROM jobs
+   WHERE id = $1 AND state <> 'available' AND claimed_epoch = $2 AND attempts = $5
   RETURNING *)
 INSERT INTO dead_jobs (id, queue, partition_key, type, payload, priority, attempts, max_attempts,
                        created_at, first_started_at, died_at, node, epoch, reason, last_error,
@@ -148,10 +163,13 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
                                    const std::string& node_id, std::int64_t epoch, int limit,
                                    const std::vector<std::string>& queues,
                                    const std::vector<std::string>& except) {
+  // Prepared: the claim is planned once per connection, not once per batch.
+  conn.prepare("baton_claim", kClaimSql);
   pqxx::work tx(conn);
-  auto rows = tx.exec_params(kClaimSql, node_id, epoch, lock.lock_key, lock.region,
-                             text_array(queues), limit, text_array(except));
+  auto rows = tx.exec_prepared("baton_claim", node_id, epoch, lock.lock_key, lock.region,
+                               text_array(queues), limit, text_array(except));
   tx.commit();
+  const auto claimed = std::chrono::steady_clock::now();
   std::vector<ClaimedJob> out;
   out.reserve(rows.size());
   for (const auto& r : rows) {
@@ -169,6 +187,7 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
     c.job.enqueued_at = std::chrono::system_clock::time_point(
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::duration<double>(r[9].as<double>())));
+    c.claimed = claimed;
     out.push_back(std::move(c));
   }
   return out;
@@ -204,7 +223,9 @@ bool complete_in(pqxx::work& tx, const Completion& done) {
 }
 
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
-                           const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced) {
+                           const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced,
+                           const std::vector<Release>& released) {
+  conn.prepare("baton_complete", kCompleteSql);
   pqxx::work tx(conn);
   std::size_t applied = 0;
   if (!done.empty()) {
@@ -220,8 +241,8 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
       attempts.push_back(d.attempt);
       run.push_back(d.run_seconds);
     }
-    const auto rows = tx.exec_params(kCompleteSql, int_array(ids), int_array(epochs),
-                                     double_array(run), int_array(attempts));
+    const auto rows = tx.exec_prepared("baton_complete", int_array(ids), int_array(epochs),
+                                       double_array(run), int_array(attempts));
     applied += rows.size();
     if (fenced != nullptr && rows.size() < done.size()) {
       std::unordered_set<std::int64_t> completed;
@@ -240,6 +261,15 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
                      .affected_rows();
     applied += n;
     if (n == 0 && fenced != nullptr) fenced->push_back(f.id);
+  }
+  if (!released.empty()) {
+    std::vector<std::int64_t> ids, epochs, attempts;
+    for (const auto& r : released) {
+      ids.push_back(r.id);
+      epochs.push_back(r.epoch);
+      attempts.push_back(r.attempt);
+    }
+    tx.exec_params(kReleaseSql, int_array(ids), int_array(epochs), int_array(attempts));
   }
   tx.commit();
   return applied;

@@ -72,6 +72,24 @@ TEST_F(Fencing, ADeposedLeadersOutcomesAreRefusedAfterTheRescue) {
   EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE epoch = 2 AND attempts = 2"), 3);
 }
 
+TEST_F(Fencing, AReleasedClaimGoesBackWithItsAttemptAndAStaleReleaseIsIgnored) {
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  // Released by the epoch that claimed them: available again, as if never claimed.
+  detail::apply_outcomes(*conn_, {}, {}, nullptr, {{jobs[0].job.id, 1, 1}, {jobs[1].job.id, 1, 1}});
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 "
+                  "AND first_started_at IS NULL AND claimed_by IS NULL"),
+            2);
+  // A release from another epoch, or of another attempt, matches nothing.
+  lead("new", 2);
+  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 1u);
+  auto again = claim("new", 2);
+  ASSERT_EQ(again.size(), 3u);
+  detail::apply_outcomes(*conn_, {}, {}, nullptr,
+                         {{jobs[2].job.id, 1, 1}, {again[0].job.id, 2, again[0].job.attempt + 1}});
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND claimed_epoch = 2"), 3);
+}
+
 TEST_F(Fencing, AFencedTransactionalCommitRollsBackTheHandlersWrites) {
   {
     pqxx::nontransaction tx(*conn_);

@@ -7,9 +7,12 @@
 
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
+#include "baton/detail/registry.h"
 #include "support/node_runner.h"
 #include "support/schema_test.h"
 #include "support/support.h"
+#include "worker/completer.h"
+#include "worker/executor.h"
 
 namespace {
 
@@ -21,10 +24,11 @@ using baton::Node;
 
 class Worker : public SchemaTest {};
 
-TEST_F(Worker, ClaimedJobsStartAtOnceBecauseClaimsFitTheFreeThreads) {
-  // If the poller claimed more than the pool could start, the extra jobs would sit claimed for a
-  // whole job duration (300 ms) before a thread took them. Each handler records when it started;
-  // the database recorded when the job was claimed (same host, same clock).
+TEST_F(Worker, SlowJobsAreNotClaimedBeforeAThreadCanStartThem) {
+  // The poller buffers about 100 ms of work beyond the free threads. Had it claimed more than the
+  // pool could start, the extra jobs would sit claimed for a whole job duration (300 ms) before a
+  // thread took them. Each handler records when it started; the database recorded when the job
+  // was claimed (same host, same clock).
   std::mutex m;
   std::map<std::int64_t, std::chrono::system_clock::time_point> started;
   auto config = test_config(schema_, "solo");
@@ -53,6 +57,70 @@ TEST_F(Worker, ClaimedJobsStartAtOnceBecauseClaimsFitTheFreeThreads) {
                              << std::chrono::duration<double, std::milli>(waited).count()
                              << " ms between its claim and its start";
   }
+}
+
+TEST_F(Worker, AnEnqueueDuringAClaimStillWakesTheLeader) {
+  // With a one-minute poll interval only the NOTIFY can start these jobs quickly. A notification
+  // that arrives while a claim runs is read off the socket by that claim; the poller must still
+  // see it instead of sleeping until the next poll.
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(
+      wait_for([&] { return count("SELECT count(*) FROM locks WHERE epoch > 0") == 1; }, 20s));
+  Client client(database_url(), schema_);
+  for (int i = 0; i < 300; ++i) {
+    const auto id = client.enqueue("noop", {{"i", i}});
+    ASSERT_TRUE(wait_for(
+        [&] {
+          return count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id)) == 1;
+        },
+        10s, 1ms))
+        << "job " << i << " waited for the poll interval: its NOTIFY was lost";
+  }
+}
+
+TEST_F(Worker, ClaimedJobsThatHaveNotStartedAreReleasedWhenTheirEpochEnds) {
+  // An executor that accepts epoch 2 gets a job claimed under epoch 1 (claimed before a revoke
+  // and still waiting for a thread): it must not run, and must go back with its attempt.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
+        "claimed_at, first_started_at) VALUES ('default', 'count', 'running', 1, 1, 'solo', "
+        "now(), now()), ('default', 'count', 'running', 1, 2, 'solo', now(), now())");
+  }
+  std::atomic<int> ran{0};
+  baton::detail::HandlerRegistry handlers;
+  handlers.add("count", baton::Handler([&](JobContext&) { ++ran; }));
+  const baton::detail::ConnectOptions connect{.url = database_url(), .schema = schema_};
+  baton::worker::Completer completer(connect, nullptr);
+  completer.start();
+  {
+    baton::worker::Executor executor(
+        {.connect = connect, .threads = 2, .node_id = "solo", .retry = {}}, handlers, completer,
+        nullptr, [] {});
+    executor.accept(2);
+    pqxx::nontransaction tx(*db_);
+    for (const auto& row : tx.exec("SELECT id, claimed_epoch FROM jobs ORDER BY id")) {
+      baton::detail::ClaimedJob job;
+      job.job.id = row[0].as<std::int64_t>();
+      job.job.queue = "default";
+      job.job.type = "count";
+      job.job.attempt = 1;
+      job.job.max_attempts = 10;
+      job.job.epoch = row[1].as<std::int64_t>();
+      executor.submit(std::move(job));
+    }
+    ASSERT_TRUE(executor.wait_idle(10s));
+  }
+  ASSERT_TRUE(completer.wait_flushed(10s));
+  completer.stop(1s);
+  EXPECT_EQ(ran.load(), 1) << "only the job of the accepted epoch runs";
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE epoch = 2"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 "
+                  "AND first_started_at IS NULL"),
+            1);
 }
 
 TEST_F(Worker, AQueueNeverRunsMoreThanItsConcurrencyLimit) {

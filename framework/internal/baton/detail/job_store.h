@@ -3,6 +3,7 @@
 // every outcome applies only to a row still running under the epoch that claimed it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,9 +16,10 @@ namespace baton::detail {
 
 struct ClaimedJob {
   Job job;
-  int timeout_ms = 0;                // 0: none
-  double wait_seconds = 0;           // run_at to claim
-  double since_enqueue_seconds = 0;  // created_at to claim
+  int timeout_ms = 0;                               // 0: none
+  double wait_seconds = 0;                          // run_at to claim
+  double since_enqueue_seconds = 0;                 // created_at to claim
+  std::chrono::steady_clock::time_point claimed{};  // this node's clock, when the claim returned
 };
 
 struct LockName {
@@ -65,14 +67,24 @@ struct Failure {
   std::string type{};
 };
 
+// A claimed job that never started (leadership ended, or the node is shutting down): back to
+// available with its attempt given back, fenced like any outcome.
+struct Release {
+  std::int64_t id;
+  std::int64_t epoch;
+  int attempt;
+};
+
 // Completes one job inside the caller's transaction (transactional handlers). False when the job
 // is no longer running under `epoch`: the caller must roll back (fenced).
 bool complete_in(pqxx::work& tx, const Completion& done);
 
-// Applies outcomes in one transaction. Returns how many were applied; the ids of the rest (the
-// fenced ones) go to `fenced` when given.
+// Applies outcomes in one transaction. Returns how many completions and failures were applied;
+// the ids of the rest (the fenced ones) go to `fenced` when given. Releases that no longer match
+// (a newer epoch rescued the job) are ignored.
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed,
-                           std::vector<std::int64_t>* fenced = nullptr);
+                           std::vector<std::int64_t>* fenced = nullptr,
+                           const std::vector<Release>& released = {});
 
 }  // namespace baton::detail
