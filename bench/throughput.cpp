@@ -1,15 +1,27 @@
-// bench/throughput: enqueue and drain rates, and enqueue-to-start latency, on a local cluster.
-//   enqueue  single sequential enqueues (one connection), then batches of 1,000 and 10,000
-//   drain    N queued no-op jobs drained by one leader (+2 passive nodes), jobs/s
-//   latency  on an idle cluster, enqueue-return to handler start, p50/p99 over M samples
-//   backlog  drain rate with a large backlog versus 100,000 (optional, --backlog N)
-// Prints a table and one JSON object per figure.
-//   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--backlog 0]
+// bench/throughput: issue 10's figures on a local cluster. Prints a table and one JSON object per
+// figure (`"bench"` is enqueue, drain, latency, backlog, sleep_jobs or memory).
+//   enqueue     single sequential enqueues on one connection; batches of 1,000 and 10,000
+//   drain       N queued no-op jobs drained by 1 leader + 2 passive batond processes, with the
+//               leader's CPU time per 1,000 jobs
+//   memory      the leader's peak resident set (VmHWM) during that drain
+//   backlog     the drain rate with a large backlog, as a share of the rate above
+//   sleep_jobs  1 ms sleep jobs on 16 threads, as a share of the 16,000 jobs/s ideal
+//   latency     on an idle node, enqueue return to handler start (both on this process's clock)
+//
+//   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
+//                    [--backlog 0] [--sleep-jobs 48000] [--only enqueue,drain,sleep,latency]
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -29,13 +41,43 @@ struct Options {
   long long drain = 100'000;
   int samples = 1000;
   int threads = 16;
+  int batch_size = 1000;
   long long backlog = 0;
+  long long sleep_jobs = 48'000;
+  std::string only = "enqueue,drain,sleep,latency";
+  bool wants(const std::string& part) const {
+    return ("," + only + ",").find("," + part + ",") != std::string::npos;
+  }
 };
 
 void figure(const char* name, const nlohmann::json& values) {
   nlohmann::json j{{"bench", name}};
   j.update(values);
   std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+// CPU seconds (user + system) a process has used so far.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) start after the last ')'.
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// A /proc/<pid>/status field in kB (VmHWM, VmRSS).
+long long status_kb(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  }
+  return -1;
 }
 
 class Bench {
@@ -60,23 +102,32 @@ class Bench {
   }
   void exec(const std::string& sql) { pqxx::nontransaction(*db_).exec(sql); }
 
-  void start_nodes(int n) {
+  // Starts n batond processes and returns the pid of the one that leads.
+  pid_t start_nodes(int n) {
     for (int i = 1; i <= n; ++i) {
       nodes_.push_back(std::make_unique<baton::test::Process>(
           std::vector<std::string>{baton::test::binary("batond"), "--database-url", url_,
                                    "--schema", schema_, "--node-id", "b" + std::to_string(i),
-                                   "--threads", std::to_string(o_.threads), "--batch-size", "1000",
-                                   "--no-migrate", "--metrics-listen", "off", "--log-level",
-                                   "warn"},
+                                   "--threads", std::to_string(o_.threads), "--batch-size",
+                                   std::to_string(o_.batch_size), "--no-migrate",
+                                   "--metrics-listen", "off", "--log-level", "warn"},
           dir_ + "/b" + std::to_string(i) + ".log"));
     }
+    pid_t leader = -1;
     baton::test::wait_for(
         [&] {
-          return count(
-                     "SELECT count(*) FROM locks WHERE expires_at > "
-                     "clock_timestamp()") == 1;
+          pqxx::nontransaction tx(*db_);
+          auto r = tx.exec(
+              "SELECT n.pid FROM locks l JOIN nodes n ON n.node_id = l.client_id "
+              "WHERE l.expires_at > clock_timestamp()");
+          if (r.empty()) return false;
+          // The nodes row may still show a previous run's process until the node refreshes it.
+          leader = r[0][0].as<int>();
+          return std::any_of(nodes_.begin(), nodes_.end(),
+                             [&](const auto& p) { return p->pid() == leader; });
         },
         30s);
+    return leader;
   }
   void stop_nodes() { nodes_.clear(); }
 
@@ -87,7 +138,7 @@ class Bench {
     for (int i = 0; i < kSingle; ++i)
       client.enqueue("noop", nlohmann::json::object());
     const double single = kSingle / std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("%-34s %12.0f jobs/s\n", "enqueue, single, sequential", single);
+    std::printf("%-36s %12.0f jobs/s\n", "enqueue, single, sequential", single);
     figure("enqueue", {{"mode", "single"}, {"jobs_per_s", single}, {"jobs", kSingle}});
     for (int batch : {1000, 10000}) {
       std::vector<nlohmann::json> payloads(static_cast<std::size_t>(batch),
@@ -97,58 +148,119 @@ class Bench {
       for (int r = 0; r < rounds; ++r)
         client.enqueue_many("noop", payloads);
       const double rate = rounds * batch / std::chrono::duration<double>(Clock::now() - t0).count();
-      std::printf("enqueue, batches of %-14d %12.0f jobs/s\n", batch, rate);
+      std::printf("enqueue, batches of %-16d %12.0f jobs/s\n", batch, rate);
       figure("enqueue", {{"mode", "batch"}, {"batch", batch}, {"jobs_per_s", rate}});
     }
     exec("TRUNCATE jobs");
   }
 
-  double drain(long long n, const char* label) {
-    exec("INSERT INTO jobs (queue, type) SELECT 'default', 'noop' FROM generate_series(1, " +
-         std::to_string(n) + ")");
+  struct Drained {
+    double rate = 0;
+    double cpu_ms_per_1000 = 0;
+    long long peak_rss_kb = 0;
+  };
+
+  // Queues n jobs of `type` with `payload`, then times 1 leader + 2 passive nodes draining them,
+  // from the moment the leader is known. Polls a cheap "any job left?" so the poll itself costs
+  // the database little.
+  Drained drain(long long n, const std::string& type, const std::string& payload) {
+    exec("INSERT INTO jobs (queue, type, payload) SELECT 'default', '" + type + "', '" + payload +
+         "'::jsonb FROM generate_series(1, " + std::to_string(n) + ")");
     exec("VACUUM ANALYZE jobs");
+    const pid_t leader = start_nodes(3);
+    const double cpu0 = cpu_seconds(leader);
     const auto t0 = Clock::now();
-    start_nodes(3);
-    baton::test::wait_for([&] { return count("SELECT count(*) FROM jobs") == 0; }, 1800s, 50ms);
+    const bool done = baton::test::wait_for(
+        [&] { return count("SELECT count(*) FROM (SELECT 1 FROM jobs LIMIT 1) j") == 0; }, 3600s,
+        20ms);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    Drained d;
+    d.cpu_ms_per_1000 = 1000 * (cpu_seconds(leader) - cpu0) / (static_cast<double>(n) / 1000);
+    d.peak_rss_kb = status_kb(leader, "VmHWM");
     stop_nodes();
-    const double rate = static_cast<double>(n) / secs;
-    std::printf("%-34s %12.0f jobs/s  (%lld jobs in %.1f s, election included)\n", label, rate, n,
-                secs);
-    figure("drain",
-           {{"jobs", n}, {"jobs_per_s", rate}, {"seconds", secs}, {"threads", o_.threads}});
+    if (!done) throw std::runtime_error("the drain did not finish within an hour");
+    d.rate = static_cast<double>(n) / secs;
     exec("TRUNCATE job_history");
-    return rate;
+    return d;
   }
 
+  double drain_noop(long long n, const char* label, const char* name) {
+    const auto d = drain(n, "noop", "{}");
+    std::printf("%-36s %12.0f jobs/s  (%lld jobs; leader CPU %.2f ms per 1,000 jobs)\n", label,
+                d.rate, n, d.cpu_ms_per_1000);
+    figure(name, {{"jobs", n},
+                  {"jobs_per_s", d.rate},
+                  {"threads", o_.threads},
+                  {"batch_size", o_.batch_size},
+                  {"leader_cpu_ms_per_1000_jobs", d.cpu_ms_per_1000}});
+    std::printf("%-36s %12.1f MB\n", "leader peak resident memory", d.peak_rss_kb / 1024.0);
+    figure("memory", {{"jobs", n}, {"leader_peak_rss_mb", d.peak_rss_kb / 1024.0}});
+    return d.rate;
+  }
+
+  void sleep_jobs() {
+    const auto d = drain(o_.sleep_jobs, "sleep", R"({"ms": 1})");
+    const double ideal = o_.threads * 1000.0;
+    std::printf("%-36s %12.0f jobs/s  (%.1f %% of the %.0f jobs/s ideal)\n", "1 ms sleep jobs",
+                d.rate, 100 * d.rate / ideal, ideal);
+    figure("sleep_jobs", {{"jobs", o_.sleep_jobs},
+                          {"threads", o_.threads},
+                          {"jobs_per_s", d.rate},
+                          {"share_of_ideal", d.rate / ideal}});
+  }
+
+  // The node runs in this process, so enqueue return and handler start are read off one clock.
   void latency() {
-    start_nodes(1);
+    std::mutex m;
+    std::condition_variable cv;
+    std::unordered_map<std::int64_t, Clock::time_point> started;
+    baton::NodeConfig config;
+    config.database_url = url_;
+    config.schema = schema_;
+    config.node_id = "latency";
+    config.threads = o_.threads;
+    config.metrics_listen = "off";
+    config.handle_signals = false;
+    config.migrate = false;
+    baton::Node node(config);
+    node.handle("stamp", [&](baton::JobContext& ctx) {
+      const auto now = Clock::now();
+      std::lock_guard lock(m);
+      started[ctx.job().id] = now;
+      cv.notify_all();
+    });
+    std::thread runner([&] { node.run(); });
+    baton::test::wait_for(
+        [&] {
+          return count(
+                     "SELECT count(*) FROM locks WHERE client_id = 'latency' AND "
+                     "expires_at > clock_timestamp()") == 1;
+        },
+        30s);
     baton::Client client(url_, schema_);
     std::vector<double> ms;
     for (int i = 0; i < o_.samples; ++i) {
-      const auto id = client.enqueue("noop", nlohmann::json::object());
-      const auto returned = std::chrono::system_clock::now();
-      std::string started;
-      baton::test::wait_for(
-          [&] {
-            pqxx::nontransaction tx(*db_);
-            auto r = tx.exec_params(
-                "SELECT extract(epoch FROM started_at)::float8 FROM job_history WHERE id = $1", id);
-            if (r.empty()) return false;
-            const auto start = std::chrono::system_clock::time_point(
-                std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                    std::chrono::duration<double>(r[0][0].as<double>())));
-            ms.push_back(std::chrono::duration<double, std::milli>(start - returned).count());
-            return true;
-          },
-          10s, 1ms);
+      const auto id = client.enqueue("stamp", nlohmann::json::object());
+      const auto returned = Clock::now();
+      std::unique_lock lock(m);
+      if (!cv.wait_for(lock, 10s, [&] { return started.count(id) != 0; })) {
+        throw std::runtime_error("job " + std::to_string(id) + " did not start within 10 s");
+      }
+      ms.push_back(std::chrono::duration<double, std::milli>(started[id] - returned).count());
+      // Idle between samples, as the figure asks.
+      lock.unlock();
+      std::this_thread::sleep_for(2ms);
     }
-    stop_nodes();
+    node.stop();
+    runner.join();
     std::sort(ms.begin(), ms.end());
     auto pct = [&](double p) { return ms[static_cast<std::size_t>(p * (ms.size() - 1))]; };
-    std::printf("%-34s p50 %.2f ms  p99 %.2f ms  (%zu samples; started_at is the claim time)\n",
-                "latency, enqueue return to start", pct(0.5), pct(0.99), ms.size());
-    figure("latency", {{"samples", ms.size()}, {"p50_ms", pct(0.5)}, {"p99_ms", pct(0.99)}});
+    std::printf("%-36s p50 %.3f ms  p99 %.3f ms  max %.3f ms  (%zu samples)\n",
+                "latency, enqueue return to start", pct(0.5), pct(0.99), ms.back(), ms.size());
+    figure("latency", {{"samples", ms.size()},
+                       {"p50_ms", pct(0.5)},
+                       {"p99_ms", pct(0.99)},
+                       {"max_ms", ms.back()}});
   }
 
  private:
@@ -164,22 +276,42 @@ class Bench {
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--drain") == 0) o.drain = std::atoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--samples") == 0) o.samples = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--threads") == 0) o.threads = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--backlog") == 0) o.backlog = std::atoll(argv[i + 1]);
+    const std::string flag = argv[i];
+    const char* value = argv[i + 1];
+    if (flag == "--drain") {
+      o.drain = std::atoll(value);
+    } else if (flag == "--samples") {
+      o.samples = std::atoi(value);
+    } else if (flag == "--threads") {
+      o.threads = std::atoi(value);
+    } else if (flag == "--batch-size") {
+      o.batch_size = std::atoi(value);
+    } else if (flag == "--backlog") {
+      o.backlog = std::atoll(value);
+    } else if (flag == "--sleep-jobs") {
+      o.sleep_jobs = std::atoll(value);
+    } else if (flag == "--only") {
+      o.only = value;
+    } else {
+      std::fprintf(stderr, "throughput: unknown flag %s (see the comment at the top of %s)\n",
+                   flag.c_str(), __FILE__);
+      return 2;
+    }
   }
   try {
     baton::bench::BenchDatabase database;
     Bench b(database.url(), o);
-    b.enqueue();
-    const double base = b.drain(o.drain, "drain, 1 leader + 2 passive");
-    if (o.backlog > 0) {
-      const double big = b.drain(o.backlog, "drain, large backlog");
-      std::printf("%-34s %12.0f %%\n", "backlog rate / base rate", 100 * big / base);
-      figure("backlog", {{"jobs", o.backlog}, {"ratio", big / base}});
+    if (o.wants("enqueue")) b.enqueue();
+    if (o.wants("drain")) {
+      const double base = b.drain_noop(o.drain, "drain, 1 leader + 2 passive", "drain");
+      if (o.backlog > 0) {
+        const double big = b.drain_noop(o.backlog, "drain, large backlog", "drain");
+        std::printf("%-36s %12.1f %%\n", "backlog rate / base rate", 100 * big / base);
+        figure("backlog", {{"jobs", o.backlog}, {"base_jobs", o.drain}, {"ratio", big / base}});
+      }
     }
-    b.latency();
+    if (o.wants("sleep")) b.sleep_jobs();
+    if (o.wants("latency")) b.latency();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "throughput: %s\n", e.what());
     return 1;

@@ -15,6 +15,7 @@ namespace {
 // Validation, defaults and the insert live in the SQL API (sql/0004_sql_api.sql): one definition
 // for every producer, C++ or not.
 constexpr const char* kEnqueueSql = "SELECT * FROM @.enqueue_many($1::jsonb)";
+constexpr const char* kPreparedEnqueue = "baton_enqueue";
 constexpr const char* kValidateSql = "SELECT @.validate_jobs($1::jsonb)";
 
 constexpr const char* kExistingSql =
@@ -121,13 +122,18 @@ std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
   return all.dump();
 }
 
+// `prepared`: the name under which kEnqueueSql is prepared on tx's connection (a Client's own
+// connection), or empty to send it unprepared (a caller's connection, which we leave as it was).
 std::vector<std::int64_t> run_enqueue(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
-                                      const ClientOptions& options) {
+                                      const ClientOptions& options,
+                                      const std::string& prepared = {}) {
   if (jobs.empty()) return {};
   const std::string& schema = options.schema;
   const std::string encoded = encode(jobs, options.max_payload_bytes);
-  auto rows = translating(
-      [&] { return tx.exec_params(detail::with_schema(kEnqueueSql, schema), encoded); });
+  auto rows = translating([&] {
+    return prepared.empty() ? tx.exec_params(detail::with_schema(kEnqueueSql, schema), encoded)
+                            : tx.exec_prepared(prepared, encoded);
+  });
   std::vector<std::int64_t> ids;
   ids.reserve(rows.size());
   for (const auto& r : rows)
@@ -180,14 +186,16 @@ Client::Client(const std::string& database_url, ClientOptions options) : impl_(n
   impl_->options = std::move(options);
   impl_->conn = detail::connect(
       {.url = database_url, .schema = impl_->options.schema, .application_name = "baton-client"});
+  impl_->conn->prepare(kPreparedEnqueue, detail::with_schema(kEnqueueSql, impl_->options.schema));
 }
 
 Client::~Client() = default;
 
 std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
-  pqxx::work tx(*impl_->conn);
-  auto ids = run_enqueue(tx, jobs, impl_->options);
-  tx.commit();
+  // One statement, so it commits on its own: no BEGIN and COMMIT round trips. (The idempotency
+  // lookup that may follow only reads.)
+  pqxx::nontransaction tx(*impl_->conn);
+  auto ids = run_enqueue(tx, jobs, impl_->options, kPreparedEnqueue);
   if (ids.size() == jobs.size()) {
     for (const auto& j : jobs)
       detail::count_enqueued(j.options.queue, j.type, 1);
