@@ -57,7 +57,12 @@ void Executor::submit(detail::ClaimedJob job) {
         const double held = std::chrono::duration<double>(Clock::now() - job.claimed).count();
         observer_->job_started(job.job.queue, job.job.type, job.wait_seconds + held);
       }
+      const auto started = Clock::now();
       run(job);
+      const double took = std::chrono::duration<double>(Clock::now() - started).count();
+      const double mean = mean_run_seconds_.load(std::memory_order_relaxed);
+      mean_run_seconds_.store(mean == 0 ? took : mean + (took - mean) / 16,
+                              std::memory_order_relaxed);
     } else {
       completer_.add(detail::Release{job.job.id, job.job.epoch, job.job.attempt});
     }

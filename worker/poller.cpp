@@ -39,9 +39,6 @@ Poller::~Poller() {
 void Poller::start(std::int64_t epoch) {
   stop();
   stopping_.store(false);
-  rate_ = 0;
-  rate_finished_ = executor_.finished();
-  rate_since_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this, epoch] { loop(epoch); });
 }
 
@@ -63,19 +60,14 @@ void Poller::wait(Millis timeout) {
   [[maybe_unused]] auto n = read(wake_fd_, &drained, sizeof drained);
 }
 
-int Poller::buffer_size() {
-  constexpr double kBufferSeconds = 0.1;
-  const auto now = std::chrono::steady_clock::now();
-  const double elapsed = std::chrono::duration<double>(now - rate_since_).count();
-  if (elapsed >= 0.02) {
-    const std::uint64_t finished = executor_.finished();
-    const double rate = static_cast<double>(finished - rate_finished_) / elapsed;
-    // A long idle wait says little about the next burst: weigh it as one short window.
-    rate_ = elapsed > 1.0 ? rate : 0.5 * rate_ + 0.5 * rate;
-    rate_finished_ = finished;
-    rate_since_ = now;
-  }
-  return std::min(config_.batch_size, static_cast<int>(rate_ * kBufferSeconds));
+int Poller::buffer_size() const {
+  // A buffered job waits for one of the threads to finish: about position * run time / threads.
+  // Keep that under 100 ms; no buffer until a job's run time is known.
+  constexpr double kMaxWaitSeconds = 0.1;
+  const double run = executor_.mean_run_seconds();
+  if (run <= 0) return 0;
+  const double fits = executor_.threads() * kMaxWaitSeconds / std::max(run, 1e-6);
+  return static_cast<int>(std::min<double>(config_.batch_size, fits));
 }
 
 bool Poller::claim_round(std::int64_t epoch) {
@@ -120,6 +112,11 @@ void Poller::loop(std::int64_t epoch) {
     try {
       if (!conn_) {
         conn_ = detail::connect(config_.connect);
+        // A claim need not wait for its WAL flush: the first outcome of any claimed job commits
+        // synchronously and so flushes the claim's earlier WAL with it. A crash that loses a
+        // claim only leaves its job available (it runs again, as after any crash); its outcome
+        // could not have committed without it.
+        pqxx::nontransaction(*conn_).exec("SET synchronous_commit = off");
         receiver_ =
             std::make_unique<WakeReceiver>(*conn_, detail::jobs_channel(config_.connect.schema));
       }

@@ -1,10 +1,10 @@
 // Poller: while this node leads at an epoch, claims due jobs (up to the batch size per statement)
 // and hands them to the executor. Besides one job per free thread it keeps a short buffer of
-// claimed jobs waiting for a thread, sized to about 100 ms of work at the rate jobs are finishing,
-// so threads never wait for a claim round trip, while slow jobs are never claimed long before a
-// thread can start them. It sleeps until a NOTIFY from an enqueue, the buffer running low, or the
-// poll interval. Queues with a concurrency limit never have more jobs claimed than their limit;
-// paused queues are skipped by the claim itself.
+// claimed jobs waiting for a thread, sized from the jobs' mean run time so that a buffered job
+// waits about 100 ms at most: threads do not wait for a claim round trip, while slow jobs are
+// not claimed long before a thread can start them. It sleeps until a NOTIFY from an enqueue, the
+// buffer running low, or the poll interval. Queues with a concurrency limit never have more jobs
+// claimed than their limit; paused queues are skipped by the claim itself.
 //
 // Thread-safety: start()/stop() from one owner thread; wake() from any thread.
 #pragma once
@@ -54,8 +54,8 @@ class Poller {
   // One round of claims; true when a claim came back full and a slot is still free.
   bool claim_round(std::int64_t epoch);
   void wait(Millis timeout);
-  // How many claimed jobs may wait for a thread, from the rate jobs finish at.
-  int buffer_size();
+  // How many claimed jobs may wait for a thread, from how long jobs run.
+  int buffer_size() const;
 
   const PollerConfig config_;
   Executor& executor_;
@@ -66,10 +66,6 @@ class Poller {
   std::unique_ptr<pqxx::notification_receiver> receiver_;
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;
-  // Rate estimate, loop thread only.
-  double rate_ = 0;  // jobs finished per second (moving average)
-  std::uint64_t rate_finished_ = 0;
-  std::chrono::steady_clock::time_point rate_since_{};
   std::thread thread_;
 };
 
