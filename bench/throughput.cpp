@@ -1,15 +1,17 @@
 // bench/throughput: issue 10's figures on a local cluster. Prints a table and one JSON object per
-// figure (`"bench"` is enqueue, drain, latency, backlog, sleep_jobs or memory).
+// figure (`"bench"` is enqueue, drain, cpu, memory, backlog, sleep_jobs or latency).
 //   enqueue     single sequential enqueues on one connection; batches of 1,000 and 10,000
-//   drain       N queued no-op jobs drained by 1 leader + 2 passive batond processes, with the
-//               leader's CPU time per 1,000 jobs
+//   drain       N queued no-op jobs drained by 1 leader + 2 passive batond processes
+//   cpu         the leader's CPU time (user + system) per 1,000 jobs of that drain
 //   memory      the leader's peak resident set (VmHWM) during that drain
 //   backlog     the drain rate with a large backlog, as a share of the rate above
 //   sleep_jobs  1 ms sleep jobs on 16 threads, as a share of the 16,000 jobs/s ideal
 //   latency     on an idle node, enqueue return to handler start (both on this process's clock)
 //
 //   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
-//                    [--backlog 0] [--sleep-jobs 48000] [--only enqueue,drain,sleep,latency]
+//                    [--backlog 0] [--sleep-jobs 48000] [--runs 3]
+//                    [--only enqueue,drain,sleep,latency]
+// Figures are medians of --runs runs, printed with their range.
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +46,7 @@ struct Options {
   int batch_size = 1000;
   long long backlog = 0;
   long long sleep_jobs = 48'000;
+  int runs = 3;  // each figure is the median of this many runs (the large backlog: one)
   std::string only = "enqueue,drain,sleep,latency";
   bool wants(const std::string& part) const {
     return ("," + only + ",").find("," + part + ",") != std::string::npos;
@@ -131,15 +134,17 @@ class Bench {
   }
   void stop_nodes() { nodes_.clear(); }
 
-  void enqueue() {
+  struct EnqueueRates {
+    double single = 0, batch_1000 = 0, batch_10000 = 0;
+  };
+  EnqueueRates enqueue() {
+    EnqueueRates out;
     baton::Client client(url_, schema_);
     constexpr int kSingle = 5000;
     auto t0 = Clock::now();
     for (int i = 0; i < kSingle; ++i)
       client.enqueue("noop", nlohmann::json::object());
-    const double single = kSingle / std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("%-36s %12.0f jobs/s\n", "enqueue, single, sequential", single);
-    figure("enqueue", {{"mode", "single"}, {"jobs_per_s", single}, {"jobs", kSingle}});
+    out.single = kSingle / std::chrono::duration<double>(Clock::now() - t0).count();
     for (int batch : {1000, 10000}) {
       std::vector<nlohmann::json> payloads(static_cast<std::size_t>(batch),
                                            nlohmann::json{{"n", 1}});
@@ -147,11 +152,11 @@ class Bench {
       t0 = Clock::now();
       for (int r = 0; r < rounds; ++r)
         client.enqueue_many("noop", payloads);
-      const double rate = rounds * batch / std::chrono::duration<double>(Clock::now() - t0).count();
-      std::printf("enqueue, batches of %-16d %12.0f jobs/s\n", batch, rate);
-      figure("enqueue", {{"mode", "batch"}, {"batch", batch}, {"jobs_per_s", rate}});
+      (batch == 1000 ? out.batch_1000 : out.batch_10000) =
+          rounds * batch / std::chrono::duration<double>(Clock::now() - t0).count();
     }
     exec("TRUNCATE jobs");
+    return out;
   }
 
   struct Drained {
@@ -193,33 +198,13 @@ class Bench {
     return d;
   }
 
-  double drain_noop(long long n, const char* label, const char* name) {
-    const auto d = drain(n, "noop", "{}");
-    std::printf("%-36s %12.0f jobs/s  (%lld jobs; leader CPU %.2f ms per 1,000 jobs)\n", label,
-                d.rate, n, d.cpu_ms_per_1000);
-    figure(name, {{"jobs", n},
-                  {"jobs_per_s", d.rate},
-                  {"threads", o_.threads},
-                  {"batch_size", o_.batch_size},
-                  {"leader_cpu_ms_per_1000_jobs", d.cpu_ms_per_1000}});
-    std::printf("%-36s %12.1f MB\n", "leader peak resident memory", d.peak_rss_kb / 1024.0);
-    figure("memory", {{"jobs", n}, {"leader_peak_rss_mb", d.peak_rss_kb / 1024.0}});
-    return d.rate;
-  }
-
-  void sleep_jobs() {
-    const auto d = drain(o_.sleep_jobs, "sleep", R"({"ms": 1})");
-    const double ideal = o_.threads * 1000.0;
-    std::printf("%-36s %12.0f jobs/s  (%.1f %% of the %.0f jobs/s ideal)\n", "1 ms sleep jobs",
-                d.rate, 100 * d.rate / ideal, ideal);
-    figure("sleep_jobs", {{"jobs", o_.sleep_jobs},
-                          {"threads", o_.threads},
-                          {"jobs_per_s", d.rate},
-                          {"share_of_ideal", d.rate / ideal}});
-  }
-
   // The node runs in this process, so enqueue return and handler start are read off one clock.
-  void latency() {
+  // Enqueue return to handler start, in ms, sorted. The tables are vacuumed first, as
+  // autovacuum would have done on an idle cluster: right after a large drain, claims step over
+  // the dead index entries it left until then.
+  std::vector<double> latency() {
+    exec("VACUUM ANALYZE jobs");
+    exec("VACUUM ANALYZE job_history");
     std::mutex m;
     std::condition_variable cv;
     std::unordered_map<std::int64_t, Clock::time_point> started;
@@ -263,13 +248,7 @@ class Bench {
     node.stop();
     runner.join();
     std::sort(ms.begin(), ms.end());
-    auto pct = [&](double p) { return ms[static_cast<std::size_t>(p * (ms.size() - 1))]; };
-    std::printf("%-36s p50 %.3f ms  p99 %.3f ms  max %.3f ms  (%zu samples)\n",
-                "latency, enqueue return to start", pct(0.5), pct(0.99), ms.back(), ms.size());
-    figure("latency", {{"samples", ms.size()},
-                       {"p50_ms", pct(0.5)},
-                       {"p99_ms", pct(0.99)},
-                       {"max_ms", ms.back()}});
+    return ms;
   }
 
  private:
@@ -281,6 +260,105 @@ class Bench {
 };
 
 }  // namespace
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// "median (min..max)" of a figure over the runs, and its JSON: the median plus every run.
+std::string spread(const std::vector<double>& v, const char* format) {
+  char buf[128];
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  std::string m(64, '\0'), a(64, '\0'), z(64, '\0');
+  std::snprintf(m.data(), m.size(), format, median(v));
+  std::snprintf(a.data(), a.size(), format, *lo);
+  std::snprintf(z.data(), z.size(), format, *hi);
+  std::snprintf(buf, sizeof buf, "%s (%s..%s)", m.c_str(), a.c_str(), z.c_str());
+  return buf;
+}
+
+// Runs every figure o.runs times (the large backlog once) and prints medians.
+void report(Bench& b, const Options& o) {
+  const auto runs = static_cast<std::size_t>(std::max(1, o.runs));
+  auto line = [](const char* label, const std::string& value) {
+    std::printf("%-36s %s\n", label, value.c_str());
+    std::fflush(stdout);
+  };
+  if (o.wants("enqueue")) {
+    std::vector<double> single, b1k, b10k;
+    for (std::size_t r = 0; r < runs; ++r) {
+      const auto e = b.enqueue();
+      single.push_back(e.single);
+      b1k.push_back(e.batch_1000);
+      b10k.push_back(e.batch_10000);
+    }
+    line("enqueue, single, sequential", spread(single, "%.0f") + " jobs/s");
+    figure("enqueue", {{"mode", "single"}, {"jobs_per_s", median(single)}, {"runs", single}});
+    line("enqueue, batches of 1,000", spread(b1k, "%.0f") + " jobs/s");
+    figure("enqueue",
+           {{"mode", "batch"}, {"batch", 1000}, {"jobs_per_s", median(b1k)}, {"runs", b1k}});
+    line("enqueue, batches of 10,000", spread(b10k, "%.0f") + " jobs/s");
+    figure("enqueue",
+           {{"mode", "batch"}, {"batch", 10000}, {"jobs_per_s", median(b10k)}, {"runs", b10k}});
+  }
+  double base = 0;
+  if (o.wants("drain")) {
+    std::vector<double> rate, cpu, rss;
+    for (std::size_t r = 0; r < runs; ++r) {
+      const auto d = b.drain(o.drain, "noop", "{}");
+      rate.push_back(d.rate);
+      cpu.push_back(d.cpu_ms_per_1000);
+      rss.push_back(static_cast<double>(d.peak_rss_kb) / 1024.0);
+    }
+    base = median(rate);
+    line("drain, 1 leader + 2 passive", spread(rate, "%.0f") + " jobs/s");
+    figure("drain", {{"jobs", o.drain},
+                     {"threads", o.threads},
+                     {"batch_size", o.batch_size},
+                     {"jobs_per_s", base},
+                     {"runs", rate}});
+    line("leader CPU per 1,000 jobs", spread(cpu, "%.2f") + " ms (user + system)");
+    figure("cpu", {{"jobs", o.drain}, {"leader_ms_per_1000_jobs", median(cpu)}, {"runs", cpu}});
+    line("leader peak resident memory", spread(rss, "%.1f") + " MB");
+    figure("memory", {{"jobs", o.drain}, {"leader_peak_rss_mb", median(rss)}, {"runs", rss}});
+    if (o.backlog > 0) {
+      const auto d = b.drain(o.backlog, "noop", "{}");
+      line("drain, large backlog", spread({d.rate}, "%.0f") + " jobs/s");
+      line("backlog rate / base rate", spread({100 * d.rate / base}, "%.1f") + " %");
+      figure("backlog", {{"jobs", o.backlog},
+                         {"jobs_per_s", d.rate},
+                         {"base_jobs", o.drain},
+                         {"base_jobs_per_s", base},
+                         {"ratio", d.rate / base}});
+    }
+  }
+  if (o.wants("sleep")) {
+    std::vector<double> rate;
+    for (std::size_t r = 0; r < runs; ++r)
+      rate.push_back(b.drain(o.sleep_jobs, "sleep", R"({"ms": 1})").rate);
+    const double ideal = o.threads * 1000.0;
+    line("1 ms sleep jobs", spread(rate, "%.0f") + " jobs/s, " +
+                                spread({100 * median(rate) / ideal}, "%.1f") + " % of ideal");
+    figure("sleep_jobs", {{"jobs", o.sleep_jobs},
+                          {"threads", o.threads},
+                          {"jobs_per_s", median(rate)},
+                          {"share_of_ideal", median(rate) / ideal},
+                          {"runs", rate}});
+  }
+  if (o.wants("latency")) {
+    const auto ms = b.latency();
+    auto pct = [&](double p) { return ms[static_cast<std::size_t>(p * (ms.size() - 1))]; };
+    char text[160];
+    std::snprintf(text, sizeof text, "p50 %.3f ms  p99 %.3f ms  max %.3f ms  (%zu samples)",
+                  pct(0.5), pct(0.99), ms.back(), ms.size());
+    line("latency, enqueue return to start", text);
+    figure("latency", {{"samples", ms.size()},
+                       {"p50_ms", pct(0.5)},
+                       {"p99_ms", pct(0.99)},
+                       {"max_ms", ms.back()}});
+  }
+}
 
 int main(int argc, char** argv) {
   Options o;
@@ -299,6 +377,8 @@ int main(int argc, char** argv) {
       o.backlog = std::atoll(value);
     } else if (flag == "--sleep-jobs") {
       o.sleep_jobs = std::atoll(value);
+    } else if (flag == "--runs") {
+      o.runs = std::atoi(value);
     } else if (flag == "--only") {
       o.only = value;
     } else {
@@ -310,17 +390,7 @@ int main(int argc, char** argv) {
   try {
     baton::bench::BenchDatabase database;
     Bench b(database.url(), o);
-    if (o.wants("enqueue")) b.enqueue();
-    if (o.wants("drain")) {
-      const double base = b.drain_noop(o.drain, "drain, 1 leader + 2 passive", "drain");
-      if (o.backlog > 0) {
-        const double big = b.drain_noop(o.backlog, "drain, large backlog", "drain");
-        std::printf("%-36s %12.1f %%\n", "backlog rate / base rate", 100 * big / base);
-        figure("backlog", {{"jobs", o.backlog}, {"base_jobs", o.drain}, {"ratio", big / base}});
-      }
-    }
-    if (o.wants("sleep")) b.sleep_jobs();
-    if (o.wants("latency")) b.latency();
+    report(b, o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "throughput: %s\n", e.what());
     return 1;

@@ -15,11 +15,13 @@ UPDATE jobs j
    SET state = 'running', attempts = j.attempts + 1, claimed_at = now(),
        first_started_at = coalesce(j.first_started_at, now()),
        claimed_by = $1, claimed_epoch = $2
-  FROM (SELECT id FROM jobs
+  FROM (SELECT ctid AS row_at, id FROM jobs
          WHERE state = 'available' AND run_at <= now()
            AND (cardinality($5::text[]) = 0 OR queue = ANY ($5::text[]))
            AND NOT (queue = ANY ($7::text[]))
-           AND NOT EXISTS (SELECT 1 FROM queue_state s WHERE s.queue = jobs.queue AND s.paused)
+           -- Looked up per job only while some queue is paused.
+           AND (NOT EXISTS (SELECT 1 FROM queue_state WHERE paused)
+                OR NOT EXISTS (SELECT 1 FROM queue_state s WHERE s.queue = jobs.queue AND s.paused))
            -- In an ordered partition only its first job (by enqueue order) may run; a running
            -- or failing job is that first job, so it holds the partition until it finishes.
            AND (partition IS NULL OR id = (SELECT min(f.id) FROM jobs f
@@ -30,7 +32,9 @@ UPDATE jobs j
          ORDER BY priority, run_at, id
          LIMIT $6
            FOR UPDATE SKIP LOCKED) c
- WHERE j.id = c.id
+ -- The rows are locked, so their physical address holds: the update finds them without a
+ -- primary-key descent each.
+ WHERE j.ctid = c.row_at AND j.id = c.id
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
