@@ -30,11 +30,13 @@ UPDATE jobs j
            AND EXISTS (SELECT 1 FROM locks
                         WHERE lock_key = $3 AND region = $4 AND client_id = $1 AND epoch = $2)
          ORDER BY priority, run_at, id
-         LIMIT $6
-           FOR UPDATE SKIP LOCKED) c
- -- The rows are locked, so their physical address holds: the update finds them without a
- -- primary-key descent each.
- WHERE j.ctid = c.row_at AND j.id = c.id
+         LIMIT $6) c
+ -- No FOR UPDATE in the subquery: only the leader claims, so there is nothing to skip, and a row
+ -- lock per job cost a WAL record each. Should a deposed leader claim at the same moment, the
+ -- second update of a row waits for the first, then re-checks this WHERE on the row's new
+ -- version: it is no longer available (nor at that address), so it is not claimed twice. The
+ -- address spares the update a primary-key descent per job; the id guards against its reuse.
+ WHERE j.ctid = c.row_at AND j.id = c.id AND j.state = 'available'
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,

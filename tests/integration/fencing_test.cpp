@@ -3,6 +3,8 @@
 // the epoch that claimed it.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "baton/detail/db.h"
 #include "baton/detail/job_store.h"
 #include "baton/detail/migrations.h"
@@ -132,6 +134,39 @@ TEST_F(Fencing, TheRescueSkipsRowsLockedByAnUnfinishedCommit) {
   EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 0u);
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), 1);
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 2);
+}
+
+TEST_F(Fencing, ClaimsRacingAcrossAHandoverNeverTakeAJobTwice) {
+  // The deposed leader's claim has updated the first job but not committed when the new leader
+  // claims. The new claim waits for that row, then sees it taken and leaves it.
+  auto stale = detail::connect({.url = database_url(), .schema = schema_});
+  pqxx::work stale_tx(*stale);
+  const auto first = query_int(*conn_, "SELECT min(id) FROM jobs");
+  stale_tx.exec_params(
+      "UPDATE jobs SET state = 'running', attempts = attempts + 1, claimed_by = 'old', "
+      "claimed_epoch = 1 WHERE id = $1",
+      first);
+  lead("new", 2);
+  std::vector<detail::ClaimedJob> taken;
+  std::thread claimer([&] {
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    taken = detail::claim_jobs(*conn, {"k", "r"}, "new", 2, 10, {});
+  });
+  const bool waited = wait_for(
+      [&] {
+        return count(
+                   "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                   "AND query LIKE '%UPDATE jobs j%'") == 1;
+      },
+      10s);
+  stale_tx.commit();
+  claimer.join();
+  ASSERT_TRUE(waited) << "the new leader's claim never waited for the row the old one updated";
+  EXPECT_EQ(taken.size(), 2u);
+  for (const auto& j : taken)
+    EXPECT_NE(j.job.id, first) << "the job the deposed leader claimed was claimed again";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_epoch = 2"), 2);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_epoch = 1 AND attempts = 1"), 1);
 }
 
 }  // namespace
