@@ -25,15 +25,16 @@ $$;
 -- What is wrong with one job, or NULL when nothing is: 'SQLSTATE|message|hint'. A plain SQL
 -- expression, so the planner inlines it into the query that checks a whole batch.
 -- STABLE, as format() is: a function declared more constant than its body is not inlined.
-CREATE FUNCTION job_problem(j jsonb, limit_bytes bigint) RETURNS text
+-- `check_names` false skips the naming rule, for batches whose distinct names were checked.
+CREATE FUNCTION job_problem(j jsonb, limit_bytes bigint, check_names boolean) RETURNS text
 LANGUAGE sql STABLE AS $$
   SELECT CASE
     WHEN jsonb_typeof(j) IS DISTINCT FROM 'object' THEN
       'BT003|each job must be a JSON object|'
-    WHEN NOT name_ok(coalesce(j->>'queue', 'default')) THEN
+    WHEN check_names AND NOT name_ok(coalesce(j->>'queue', 'default')) THEN
       format('BT001|queue name %s is not allowed|', quote_literal(j->>'queue')) ||
         'use 1..64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit'
-    WHEN NOT name_ok(j->>'type') THEN
+    WHEN check_names AND NOT name_ok(j->>'type') THEN
       format('BT001|type name %s is not allowed|', coalesce(quote_literal(j->>'type'), 'NULL')) ||
         'use 1..64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit'
     WHEN octet_length(coalesce(j->'payload', '{}'::jsonb)::text) > limit_bytes THEN
@@ -75,13 +76,23 @@ DECLARE
   limit_bytes bigint := (SELECT value::bigint FROM settings WHERE key = 'max_payload_bytes');
   problem text;
   parts text[];
+  bad_names boolean;
 BEGIN
   IF jsonb_typeof(jobs) IS DISTINCT FROM 'array' THEN
     RAISE EXCEPTION USING ERRCODE = 'BT003', MESSAGE = 'jobs must be a JSON array of objects';
   END IF;
+  -- A batch repeats a few names: check each distinct one once, and each job's names only when
+  -- one of them is bad (to report the first bad job). Elements that are not objects give NULL
+  -- names here and are reported by job_problem.
+  bad_names := EXISTS (
+    SELECT 1 FROM (SELECT DISTINCT coalesce(e->>'queue', 'default') AS queue, e->>'type' AS type
+                     FROM jsonb_array_elements(jobs) AS a(e)
+                    WHERE jsonb_typeof(e) = 'object'
+                   OFFSET 0) n  -- keeps the check below from being pushed under DISTINCT
+     WHERE NOT name_ok(queue) OR NOT name_ok(type));
   SELECT p INTO problem
     FROM jsonb_array_elements(jobs) WITH ORDINALITY AS a(e, ord),
-         LATERAL (SELECT job_problem(e, limit_bytes) AS p) q
+         LATERAL (SELECT job_problem(e, limit_bytes, bad_names) AS p) q
    WHERE p IS NOT NULL
    ORDER BY ord LIMIT 1;
   IF problem IS NOT NULL THEN

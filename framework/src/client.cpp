@@ -100,26 +100,62 @@ std::string utc_text(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-// The jobs as the JSON array kEnqueueSql reads.
-std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
-  nlohmann::json all = nlohmann::json::array();
-  std::string text;
-  for (const auto& job : jobs) {
-    check(job, max_payload, &text);
-    const auto& o = job.options;
-    nlohmann::json row{{"queue", o.queue},
-                       {"type", job.type},
-                       {"payload", job.payload},
-                       {"priority", o.priority},
-                       {"delay_ms", o.delay.count()},
-                       {"max_attempts", o.max_attempts}};
-    if (o.run_at) row["run_at"] = utc_text(*o.run_at);
-    if (!o.partition_key.empty()) row["partition_key"] = o.partition_key;
-    if (!o.idempotency_key.empty()) row["idempotency_key"] = o.idempotency_key;
-    if (o.timeout.count() > 0) row["timeout_ms"] = o.timeout.count();
-    all.push_back(std::move(row));
+// Appends `text` as a JSON string. ASCII is escaped here; other text goes through nlohmann, which
+// refuses invalid UTF-8 as it always did.
+void append_json_string(std::string& out, const std::string& text) {
+  for (unsigned char c : text) {
+    if (c >= 0x80) {
+      out += nlohmann::json(text).dump();
+      return;
+    }
   }
-  return all.dump();
+  out += '"';
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
+// The jobs as the JSON array kEnqueueSql reads, written directly as text: each payload is
+// serialised once (by check), not copied into a document and serialised again.
+std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
+  std::string out = "[";
+  std::string payload;
+  for (const auto& job : jobs) {
+    check(job, max_payload, &payload);
+    const auto& o = job.options;
+    if (out.size() > 1) out += ',';
+    out += "{\"queue\":";
+    append_json_string(out, o.queue);
+    out += ",\"type\":";
+    append_json_string(out, job.type);
+    out += ",\"payload\":";
+    out += payload;
+    out += ",\"priority\":" + std::to_string(o.priority);
+    out += ",\"delay_ms\":" + std::to_string(o.delay.count());
+    out += ",\"max_attempts\":" + std::to_string(o.max_attempts);
+    if (o.run_at) out += ",\"run_at\":\"" + utc_text(*o.run_at) + '"';
+    if (!o.partition_key.empty()) {
+      out += ",\"partition_key\":";
+      append_json_string(out, o.partition_key);
+    }
+    if (!o.idempotency_key.empty()) {
+      out += ",\"idempotency_key\":";
+      append_json_string(out, o.idempotency_key);
+    }
+    if (o.timeout.count() > 0) out += ",\"timeout_ms\":" + std::to_string(o.timeout.count());
+    out += '}';
+  }
+  return out + "]";
 }
 
 // `prepared`: the name under which kEnqueueSql is prepared on tx's connection (a Client's own
