@@ -119,18 +119,25 @@ class Bench {
     pid_t leader = -1;
     baton::test::wait_for(
         [&] {
-          pqxx::nontransaction tx(*db_);
-          auto r = tx.exec(
-              "SELECT n.pid FROM locks l JOIN nodes n ON n.node_id = l.client_id "
-              "WHERE l.expires_at > clock_timestamp()");
-          if (r.empty()) return false;
-          // The nodes row may still show a previous run's process until the node refreshes it.
-          leader = r[0][0].as<int>();
-          return std::any_of(nodes_.begin(), nodes_.end(),
-                             [&](const auto& p) { return p->pid() == leader; });
+          leader = leader_pid();
+          return leader > 0;
         },
         30s);
     return leader;
+  }
+
+  // The pid of the batond process that leads now, or -1.
+  pid_t leader_pid() {
+    pqxx::nontransaction tx(*db_);
+    auto r = tx.exec(
+        "SELECT n.pid FROM locks l JOIN nodes n ON n.node_id = l.client_id "
+        "WHERE l.expires_at > clock_timestamp()");
+    if (r.empty()) return -1;
+    // The nodes row may still show a previous run's process until the node refreshes it.
+    const pid_t pid = r[0][0].as<int>();
+    const bool ours =
+        std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& p) { return p->pid() == pid; });
+    return ours ? pid : -1;
   }
   void stop_nodes() { nodes_.clear(); }
 
@@ -189,6 +196,11 @@ class Bench {
         20ms);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     Drained d;
+    if (leader_pid() != leader) {
+      std::fprintf(stderr,
+                   "throughput: leadership moved during the drain; its CPU figure "
+                   "counts only the first leader\n");
+    }
     d.cpu_ms_per_1000 = 1000 * (cpu_seconds(leader) - cpu0) / (static_cast<double>(n) / 1000);
     d.peak_rss_kb = status_kb(leader, "VmHWM");
     stop_nodes();

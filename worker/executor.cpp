@@ -94,7 +94,7 @@ void Executor::detach_slot_free() {
 }
 
 bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& ctx,
-                                 double& run_seconds) {
+                                 const std::string& row_at, double& run_seconds) {
   const auto started = Clock::now();
   try {
     if (!tl_conn) tl_conn = detail::connect(config_.connect);
@@ -103,7 +103,8 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
     if (Clock::now() > ctx.deadline()) throw std::runtime_error("timeout: ran past its limit");
     run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const Job& job = ctx.job();
-    if (!detail::complete_in(tx, {job.id, job.epoch, run_seconds, job.attempt})) {
+    if (!detail::complete_in(
+            tx, {job.id, job.epoch, run_seconds, job.attempt, job.queue, job.type, row_at})) {
       tx.abort();
       spdlog::warn(
           "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
@@ -136,7 +137,7 @@ void Executor::run(const detail::ClaimedJob& claimed) {
     try {
       JobContext ctx(job, deadline, cancelled_);
       if (entry->transactional) {
-        const bool committed = run_transactional(*entry, ctx, run_seconds);
+        const bool committed = run_transactional(*entry, ctx, claimed.row_at, run_seconds);
         recorded = true;
         if (committed && observer_ != nullptr) {
           observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
@@ -173,8 +174,8 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   if (error.empty()) {
-    completer_.add(
-        detail::Completion{job.id, job.epoch, run_seconds, job.attempt, job.queue, job.type});
+    completer_.add(detail::Completion{job.id, job.epoch, run_seconds, job.attempt, job.queue,
+                                      job.type, claimed.row_at});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
                               claimed.since_enqueue_seconds + run_seconds);

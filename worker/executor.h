@@ -72,7 +72,8 @@ class Executor {
   void run(const detail::ClaimedJob& job);
   // Runs a transactional handler and commits its writes with the completion. Returns false when
   // the commit was fenced (the outcome is then settled: nothing more to record).
-  bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx, double& run_seconds);
+  bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx,
+                         const std::string& row_at, double& run_seconds);
 
   const ExecutorConfig config_;
   const detail::HandlerRegistry& handlers_;

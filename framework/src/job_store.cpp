@@ -40,7 +40,7 @@ UPDATE jobs j
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
-          extract(epoch FROM j.created_at)::float8
+          extract(epoch FROM j.created_at)::float8, j.ctid::text
 )sql";
 
 constexpr const char* kRescueSql = R"sql(
@@ -102,8 +102,8 @@ DELETE FROM sagas
 constexpr const char* kCompleteSql = R"sql(
 WITH done AS (
   DELETE FROM jobs j
-   USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::int[])
-         AS c(id, epoch, run_seconds, attempt)
+   USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::int[], $5::tid[])
+         AS c(id, epoch, run_seconds, attempt, row_at)
    WHERE j.id = c.id AND j.state <> 'available' AND j.claimed_epoch = c.epoch
      AND j.attempts = c.attempt
   RETURNING j.*, c.run_seconds)
@@ -153,6 +153,29 @@ SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts
   FROM d
 )sql";
 
+// The completion that finds each job by the address its claim returned (no primary-key descent
+// per job). A row that moved since (VACUUM FULL, say) is not found there and goes through
+// kCompleteSql by id instead.
+const std::string& complete_by_address_sql() {
+  static const std::string sql = [] {
+    std::string s = kCompleteSql;
+    const std::string by_id = "WHERE j.id = c.id";
+    s.replace(s.find(by_id), by_id.size(), "WHERE j.ctid = c.row_at AND j.id = c.id");
+    return s;
+  }();
+  return sql;
+}
+
+// A tid[] literal; an unknown address is NULL, which matches no row.
+std::string tid_array(const std::vector<std::string>& values) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    out += values[i].empty() ? std::string("NULL") : '"' + values[i] + '"';
+  }
+  return out + "}";
+}
+
 std::string text_array(const std::vector<std::string>& values) {
   // Queue names are validated ([A-Za-z0-9_.:-]), so double quotes are all an element needs.
   std::string out = "{";
@@ -194,6 +217,7 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::duration<double>(r[9].as<double>())));
     c.claimed = claimed;
+    c.row_at = r[10].c_str();
     out.push_back(std::move(c));
   }
   return out;
@@ -223,37 +247,56 @@ std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int
 }
 
 bool complete_in(pqxx::work& tx, const Completion& done) {
-  return tx.exec_params(kCompleteSql, int_array({done.id}), int_array({done.epoch}),
-                        double_array({done.run_seconds}), int_array({done.attempt}))
-             .affected_rows() == 1;
+  auto run = [&](const std::string& sql) {
+    return tx.exec_params(sql, int_array({done.id}), int_array({done.epoch}),
+                          double_array({done.run_seconds}), int_array({done.attempt}),
+                          tid_array({done.row_at}))
+               .affected_rows() == 1;
+  };
+  return (!done.row_at.empty() && run(complete_by_address_sql())) || run(kCompleteSql);
 }
 
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced,
                            const std::vector<Release>& released) {
   conn.prepare("baton_complete", kCompleteSql);
+  conn.prepare("baton_complete_at", complete_by_address_sql());
   pqxx::work tx(conn);
   std::size_t applied = 0;
-  if (!done.empty()) {
+  // Completes `batch` with one statement; returns the ids it completed.
+  auto complete = [&](const char* statement, const std::vector<const Completion*>& batch) {
     std::vector<std::int64_t> ids, epochs, attempts;
     std::vector<double> run;
-    ids.reserve(done.size());
-    epochs.reserve(done.size());
-    attempts.reserve(done.size());
-    run.reserve(done.size());
-    for (const auto& d : done) {
-      ids.push_back(d.id);
-      epochs.push_back(d.epoch);
-      attempts.push_back(d.attempt);
-      run.push_back(d.run_seconds);
+    std::vector<std::string> rows_at;
+    for (const auto* d : batch) {
+      ids.push_back(d->id);
+      epochs.push_back(d->epoch);
+      attempts.push_back(d->attempt);
+      run.push_back(d->run_seconds);
+      rows_at.push_back(d->row_at);
     }
-    const auto rows = tx.exec_prepared("baton_complete", int_array(ids), int_array(epochs),
-                                       double_array(run), int_array(attempts));
-    applied += rows.size();
-    if (fenced != nullptr && rows.size() < done.size()) {
-      std::unordered_set<std::int64_t> completed;
-      for (const auto& r : rows)
-        completed.insert(r[0].as<std::int64_t>());
+    std::unordered_set<std::int64_t> completed;
+    for (const auto& r :
+         tx.exec_prepared(statement, int_array(ids), int_array(epochs), double_array(run),
+                          int_array(attempts), tid_array(rows_at))) {
+      completed.insert(r[0].as<std::int64_t>());
+    }
+    return completed;
+  };
+  if (!done.empty()) {
+    std::vector<const Completion*> by_address, by_id;
+    for (const auto& d : done)
+      (d.row_at.empty() ? by_id : by_address).push_back(&d);
+    std::unordered_set<std::int64_t> completed;
+    if (!by_address.empty()) {
+      completed = complete("baton_complete_at", by_address);
+      for (const auto* d : by_address) {
+        if (completed.count(d->id) == 0) by_id.push_back(d);
+      }
+    }
+    if (!by_id.empty()) completed.merge(complete("baton_complete", by_id));
+    applied += completed.size();
+    if (fenced != nullptr && completed.size() < done.size()) {
       for (const auto& d : done) {
         if (completed.count(d.id) == 0) fenced->push_back(d.id);
       }

@@ -162,7 +162,8 @@ TEST(Election, StepDownHandsLeadershipToAnotherNode) {
   enqueue(cluster, "noop", "{}", 20);
   ASSERT_TRUE(
       wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 20; }, 20s));
-  EXPECT_EQ(cluster.count("SELECT count(*) FROM job_history WHERE node <> '" + second + "'"), 0);
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM job_history WHERE node <> '" + second + "'"), 0)
+      << cluster.logs();
 }
 
 TEST(Election, AStaleHolderThatStillHoldsTheLockIsEvicted) {

@@ -136,6 +136,28 @@ TEST_F(Fencing, TheRescueSkipsRowsLockedByAnUnfinishedCommit) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 2);
 }
 
+TEST_F(Fencing, ACompletionFindsItsJobEvenAfterTheRowMoved) {
+  // Completions find rows by the address the claim returned. VACUUM FULL moves rows (and may
+  // put another job where one was); the completion must still complete exactly its own job.
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  ASSERT_FALSE(jobs[0].row_at.empty());
+  { pqxx::nontransaction(*conn_).exec("VACUUM FULL jobs"); }
+  ASSERT_NE(query_int(*conn_, "SELECT count(*) FROM jobs WHERE ctid::text = '" + jobs[0].row_at +
+                                  "' AND id = " + std::to_string(jobs[0].job.id)),
+            1)
+      << "VACUUM FULL did not move the row; the test shows nothing";
+  std::vector<detail::Completion> done;
+  for (const auto& j : {jobs[0], jobs[1]})
+    done.push_back({j.job.id, 1, 0.1, 1, "q", "noop", j.row_at});
+  EXPECT_EQ(detail::apply_outcomes(*conn_, done, {}), 2u);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), 2);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE id = " + std::to_string(jobs[2].job.id) +
+                  " AND state = 'running'"),
+            1)
+      << "another job's row was completed in its place";
+}
+
 TEST_F(Fencing, ClaimsRacingAcrossAHandoverNeverTakeAJobTwice) {
   // The deposed leader's claim has updated the first job but not committed when the new leader
   // claims. The new claim waits for that row, then sees it taken and leaves it.

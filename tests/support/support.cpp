@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -42,8 +43,11 @@ std::string unique_schema(const std::string& what) {
   for (char c : what)
     clean += (std::isalnum(static_cast<unsigned char>(c)) != 0) ? static_cast<char>(std::tolower(c))
                                                                 : '_';
-  return "t_" + clean.substr(0, 30) + "_" + std::to_string(getpid()) + "_" +
-         std::to_string(counter.fetch_add(1));
+  // The pid alone repeats over many runs against one server, where a failed run may have left
+  // its schema behind: a random suffix keeps names apart.
+  static const unsigned salt = std::random_device{}() % 1'000'000;
+  return "t_" + clean.substr(0, 30) + "_" + std::to_string(getpid()) + "_" + std::to_string(salt) +
+         "_" + std::to_string(counter.fetch_add(1));
 }
 
 std::unique_ptr<pqxx::connection> connect(const std::string& schema) {

@@ -20,6 +20,7 @@ struct ClaimedJob {
   double wait_seconds = 0;                          // run_at to claim
   double since_enqueue_seconds = 0;                 // created_at to claim
   std::chrono::steady_clock::time_point claimed{};  // this node's clock, when the claim returned
+  std::string row_at;  // the row's address (ctid) after the claim, for its completion
 };
 
 struct LockName {
@@ -54,6 +55,7 @@ struct Completion {
   int attempt;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
+  std::string row_at{};  // from the claim: lets the completion skip an index lookup; may be empty
 };
 struct Failure {
   std::int64_t id;
