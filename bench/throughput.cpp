@@ -105,16 +105,19 @@ class Bench {
   }
   void exec(const std::string& sql) { pqxx::nontransaction(*db_).exec(sql); }
 
-  // Starts n batond processes and returns the pid of the one that leads.
+  // Starts n batond processes and returns the pid of the one that leads. Node ids are new for
+  // every start: with reused ids, a previous run's unexpired lease would name a new process.
   pid_t start_nodes(int n) {
+    ++starts_;
     for (int i = 1; i <= n; ++i) {
+      const std::string id = "r" + std::to_string(starts_) + "n" + std::to_string(i);
       nodes_.push_back(std::make_unique<baton::test::Process>(
           std::vector<std::string>{baton::test::binary("batond"), "--database-url", url_,
-                                   "--schema", schema_, "--node-id", "b" + std::to_string(i),
-                                   "--threads", std::to_string(o_.threads), "--batch-size",
+                                   "--schema", schema_, "--node-id", id, "--threads",
+                                   std::to_string(o_.threads), "--batch-size",
                                    std::to_string(o_.batch_size), "--no-migrate",
                                    "--metrics-listen", "off", "--log-level", "warn"},
-          dir_ + "/b" + std::to_string(i) + ".log"));
+          dir_ + "/" + id + ".log"));
     }
     pid_t leader = -1;
     baton::test::wait_for(
@@ -269,6 +272,7 @@ class Bench {
   std::string schema_, dir_;
   std::unique_ptr<pqxx::connection> db_;
   std::vector<std::unique_ptr<baton::test::Process>> nodes_;
+  int starts_ = 0;
 };
 
 }  // namespace
