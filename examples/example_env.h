@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include <baton/baton.h>
+
 namespace examples {
 
 struct Env {
@@ -22,6 +24,15 @@ inline std::optional<Env> env(const char* program) {
   }
   const char* schema = std::getenv("BATON_SCHEMA");
   return Env{url, schema != nullptr && *schema != '\0' ? schema : "baton"};
+}
+
+// A node config for the example: its database and schema, metrics on any free loopback port.
+inline baton::NodeConfig node_config(const Env& env) {
+  baton::NodeConfig config;
+  config.database_url = env.database_url;
+  config.schema = env.schema;
+  config.metrics_listen = "127.0.0.1:0";
+  return config;
 }
 
 }  // namespace examples

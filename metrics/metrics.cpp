@@ -135,6 +135,12 @@ Metrics::Metrics(const std::string& node_id)
                   .Help("Job outcomes refused because the job belonged to a newer epoch, by "
                         "queue and type.")
                   .Register(*registry_)),
+      released_(BuildCounter()
+                    .Name("baton_jobs_released_total")
+                    .Help("Claimed jobs that had not started when their epoch ended, put back "
+                          "in the queue with their attempt.")
+                    .Register(*registry_)
+                    .Add({})),
       renewal_failures_(BuildCounter()
                             .Name("baton_lease_renewal_failures_total")
                             .Help("Lease renewals that failed or ran out.")
@@ -312,6 +318,10 @@ void Metrics::tick_enqueued(std::string_view schedule, double lag_seconds) {
 void Metrics::jobs_fenced(std::string_view queue, std::string_view type, std::size_t count) {
   fenced_.Add({{"queue", std::string(queue)}, {"type", std::string(type)}})
       .Increment(static_cast<double>(count));
+}
+
+void Metrics::jobs_released(std::size_t count) {
+  released_.Increment(static_cast<double>(count));
 }
 
 void Metrics::pool_busy(int busy, int threads) {

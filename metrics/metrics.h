@@ -45,6 +45,7 @@ class Metrics final : public detail::JobObserver,
   void job_finished(std::string_view queue, std::string_view type, detail::Outcome outcome,
                     double run_seconds, double total_seconds) override;
   void jobs_fenced(std::string_view queue, std::string_view type, std::size_t count) override;
+  void jobs_released(std::size_t count) override;
   void pool_busy(int busy, int threads) override;
   void claimed_waiting(int count) override;
   void completer_pending(std::size_t count) override;
@@ -96,6 +97,7 @@ class Metrics final : public detail::JobObserver,
   prometheus::Gauge& epoch_;
   prometheus::Gauge& last_failover_;
   prometheus::Family<prometheus::Counter>& fenced_;
+  prometheus::Counter& released_;
   prometheus::Counter& renewal_failures_;
   prometheus::Counter& evictions_;
   prometheus::Gauge& pool_threads_;

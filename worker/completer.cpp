@@ -145,7 +145,14 @@ void Completer::write(std::vector<detail::Completion>& done, std::vector<detail:
   }
   const std::size_t sent = done.size() + failed.size();
   std::vector<std::int64_t> fenced;
-  const std::size_t applied = detail::apply_outcomes(*conn_, done, failed, &fenced, released);
+  std::size_t put_back = 0;
+  const std::size_t applied =
+      detail::apply_outcomes(*conn_, done, failed, &fenced, released, &put_back);
+  if (put_back > 0) {
+    spdlog::info("completer: put {} claimed job(s) that had not started back in the queue",
+                 put_back);
+    if (observer_ != nullptr) observer_->jobs_released(put_back);
+  }
   if (applied < sent) {
     spdlog::warn("completer: {} of {} outcomes were FENCED (their jobs belong to a newer epoch)",
                  sent - applied, sent);

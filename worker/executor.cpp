@@ -66,7 +66,6 @@ void Executor::submit(detail::ClaimedJob job) {
     } else {
       completer_.add(detail::Release{job.job.id, job.job.epoch, job.job.attempt});
     }
-    finished_.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard lock(queue_mutex_);
       if (--queue_busy_[job.job.queue] == 0) queue_busy_.erase(job.job.queue);

@@ -47,8 +47,6 @@ class Executor {
   int free_slots() const { return config_.threads - busy_.load(); }
   // Submitted jobs that wait for a thread.
   int waiting() const { return waiting_.load(); }
-  // Handler runs finished so far.
-  std::uint64_t finished() const { return finished_.load(std::memory_order_relaxed); }
   // Moving average of how long a handler runs, in seconds; 0 until one has run.
   double mean_run_seconds() const { return mean_run_seconds_.load(std::memory_order_relaxed); }
   // A finished job wakes the poller (on_slot_free) only when at most `mark` jobs still wait.
@@ -83,8 +81,7 @@ class Executor {
   std::function<void()> on_slot_free_;
 
   std::atomic<int> busy_{0};
-  std::atomic<int> waiting_{0};  // submitted, not started by a thread yet
-  std::atomic<std::uint64_t> finished_{0};
+  std::atomic<int> waiting_{0};              // submitted, not started by a thread yet
   std::atomic<double> mean_run_seconds_{0};  // updated by load and store: a lost update is fine
   std::atomic<int> refill_mark_{0};
   std::atomic<std::int64_t> accepting_{0};  // the epoch whose jobs may start; 0: none

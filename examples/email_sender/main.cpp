@@ -11,10 +11,7 @@ int main(int argc, char** argv) {
   const auto env = examples::env("email_sender");
   if (!env) return 2;
   try {
-    baton::NodeConfig config;
-    config.database_url = env->database_url;
-    config.schema = env->schema;
-    config.metrics_listen = "127.0.0.1:0";
+    auto config = examples::node_config(*env);
     baton::Node node(config);
     email::register_handlers(node, argc > 1 ? argv[1] : "outbox");
     node.run();  // until SIGTERM or Ctrl-C

@@ -12,10 +12,7 @@ int main() {
   const auto env = examples::env("order_saga");
   if (!env) return 2;
   try {
-    baton::NodeConfig config;
-    config.database_url = env->database_url;
-    config.schema = env->schema;
-    config.metrics_listen = "127.0.0.1:0";
+    auto config = examples::node_config(*env);
     baton::Node node(config);
     order::register_handlers(node);
     node.run();

@@ -14,10 +14,7 @@ int main() {
   const auto env = examples::env("sms_partitioned");
   if (!env) return 2;
   try {
-    baton::NodeConfig config;
-    config.database_url = env->database_url;
-    config.schema = env->schema;
-    config.metrics_listen = "127.0.0.1:0";
+    auto config = examples::node_config(*env);
     config.threads = 8;
     baton::Node node(config);
     {

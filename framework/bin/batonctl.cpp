@@ -434,12 +434,6 @@ SELECT 'finished' AS status, id, queue, type, partition_key, payload, priority, 
   FROM job_history WHERE id = $1
 )sql";
 
-constexpr const char* kQueueOrderedSql = R"sql(
-INSERT INTO queue_state (queue, partitions, updated_by) VALUES ($1, $2, 'batonctl')
-ON CONFLICT (queue) DO UPDATE SET partitions = excluded.partitions, updated_at = now(),
-                                  updated_by = excluded.updated_by
-)sql";
-
 constexpr const char* kQueueStateSql = R"sql(
 INSERT INTO queue_state (queue, paused, updated_by) VALUES ($1, $2, 'batonctl')
 ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = now(),
@@ -633,13 +627,17 @@ int main(int argc, char** argv) {
       if (sagas_list->parsed()) {
         print(tx.exec_params(kSagasListSql, saga_type, with_completed, limit), c.json);
       }
-      if (sagas_show->parsed()) {
-        auto rows = tx.exec_params(kSagaShowSql, saga_id);
+      // Prints one record, or says what was not found (exit status 1).
+      auto show = [&](const pqxx::result& rows, const std::string& missing) {
         if (rows.empty()) {
-          std::cerr << "batonctl: no saga " << saga_id << "\n";
-          return 1;
+          std::cerr << "batonctl: no " << missing << "\n";
+          return false;
         }
         print_record(rows, c.json);
+        return true;
+      };
+      if (sagas_show->parsed() && !show(tx.exec_params(kSagaShowSql, saga_id), "saga " + saga_id)) {
+        return 1;
       }
       if (queue_pause->parsed() || queue_resume->parsed()) {
         baton::validate_name("queue", queue_name);
@@ -657,11 +655,8 @@ int main(int argc, char** argv) {
       }
       if (queue_list->parsed()) print(tx.exec(kQueueListSql), c.json);
       if (queue_ordered->parsed()) {
-        baton::validate_name("queue", queue_name);
-        if (partitions < 1 || partitions > 4096) {
-          throw baton::EnqueueError("--partitions must be 1..4096");
-        }
-        tx.exec_params(kQueueOrderedSql, queue_name, partitions);
+        // The Client's declaration checks the name and the count, as for any producer.
+        baton::Client(c.database_url, c.schema).declare_ordered_queue(queue_name, partitions);
         std::cout << "queue " << queue_name << " is ordered with " << partitions
                   << " partitions: jobs with one partition_key run one at a time, in order\n";
       }
@@ -669,19 +664,13 @@ int main(int argc, char** argv) {
         auto rows = tx.exec_params(kJobShowSql, job_id);
         if (rows.empty()) rows = tx.exec_params(kHistoryShowSql, job_id);
         if (rows.empty()) rows = tx.exec_params(kDeadShowSql, job_id);
-        if (rows.empty()) {
-          std::cerr << "batonctl: no job " << job_id << " in the queue, history or dead jobs\n";
+        if (!show(rows, "job " + std::to_string(job_id) + " in the queue, history or dead jobs")) {
           return 1;
         }
-        print_record(rows, c.json);
       }
-      if (dead_show->parsed()) {
-        auto rows = tx.exec_params(kDeadShowSql, job_id);
-        if (rows.empty()) {
-          std::cerr << "batonctl: no dead job " << job_id << "\n";
-          return 1;
-        }
-        print_record(rows, c.json);
+      if (dead_show->parsed() &&
+          !show(tx.exec_params(kDeadShowSql, job_id), "dead job " + std::to_string(job_id))) {
+        return 1;
       }
       if (dead_retry->parsed()) {
         if ((job_id == 0) == !dead_all) {

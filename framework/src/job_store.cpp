@@ -258,7 +258,7 @@ bool complete_in(pqxx::work& tx, const Completion& done) {
 
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced,
-                           const std::vector<Release>& released) {
+                           const std::vector<Release>& released, std::size_t* released_applied) {
   conn.prepare("baton_complete", kCompleteSql);
   conn.prepare("baton_complete_at", complete_by_address_sql());
   pqxx::work tx(conn);
@@ -318,7 +318,10 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
       epochs.push_back(r.epoch);
       attempts.push_back(r.attempt);
     }
-    tx.exec_params(kReleaseSql, int_array(ids), int_array(epochs), int_array(attempts));
+    const auto n =
+        tx.exec_params(kReleaseSql, int_array(ids), int_array(epochs), int_array(attempts))
+            .affected_rows();
+    if (released_applied != nullptr) *released_applied = n;
   }
   tx.commit();
   return applied;

@@ -87,6 +87,7 @@ bool complete_in(pqxx::work& tx, const Completion& done);
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed,
                            std::vector<std::int64_t>* fenced = nullptr,
-                           const std::vector<Release>& released = {});
+                           const std::vector<Release>& released = {},
+                           std::size_t* released_applied = nullptr);
 
 }  // namespace baton::detail

@@ -28,6 +28,8 @@ class JobObserver : public virtual ErrorObserver {
                             double run_seconds, double total_seconds) = 0;
   // Outcomes the database refused because the job was no longer this epoch's.
   virtual void jobs_fenced(std::string_view queue, std::string_view type, std::size_t count) = 0;
+  // Claimed jobs that never started (their epoch ended first) put back in the queue.
+  virtual void jobs_released(std::size_t count) = 0;
   virtual void pool_busy(int busy, int threads) = 0;
   // Jobs handed to the pool that no thread has started yet.
   virtual void claimed_waiting(int count) = 0;
