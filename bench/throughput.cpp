@@ -110,9 +110,12 @@ class Bench {
   pid_t start_nodes(int n) {
     ++starts_;
     for (int i = 1; i <= n; ++i) {
-      const std::string id = "r" + std::to_string(starts_) + "n" + std::to_string(i);
+      std::string id = "r";
+      id += std::to_string(starts_);
+      id += "n";
+      id += std::to_string(i);
       nodes_.push_back(std::make_unique<baton::test::Process>(
-          std::vector<std::string>{baton::test::binary("batond"), "--database-url", url_,
+          std::vector<std::string>{baton::test::binary("demo_node"), "--database-url", url_,
                                    "--schema", schema_, "--node-id", id, "--threads",
                                    std::to_string(o_.threads), "--batch-size",
                                    std::to_string(o_.batch_size), "--no-migrate",

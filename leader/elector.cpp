@@ -9,10 +9,19 @@
 
 #include <spdlog/spdlog.h>
 
+#include "baton/detail/call_watch.h"
+#include "baton/detail/control.h"
+#include "baton/detail/text.h"
+
 namespace baton::leader {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A leader honours at most one step-down request this often: a script in a loop (or a role
+// that may write control_requests, misused) cannot keep the cluster without a leader.
+constexpr auto kStepDownInterval = std::chrono::seconds(10);
 
 // The advisory key is derived on the server from the schema (advisory locks are database-wide,
 // and two deployments may share a database in different schemas), region and lock_key.
@@ -20,13 +29,23 @@ using Clock = std::chrono::steady_clock;
   "hashtextextended(current_schema() || '/' || " region " || '/' || " lock_key ", 0)"
 constexpr const char* kTryLockSql = "SELECT pg_try_advisory_lock(" BATON_LOCK_KEY("$1", "$2") ")";
 
-// Returns the new epoch and the previous holder (NULL on the very first grant).
+// How often a follower looks for a stale holder or a stranger (heavier queries than the try).
+constexpr auto kLookAround = std::chrono::milliseconds(100);
+
+// Returns the new epoch and the previous holder (NULL on the very first grant). Nothing when
+// this backend does not hold the advisory lock: the statement ran on another server session than
+// the lock (a transaction pooler), and granting would make two leaders.
 constexpr const char* kGrantSql = R"sql(
-WITH previous AS (SELECT client_id, renewed_at FROM locks WHERE lock_key = $1 AND region = $2)
+WITH previous AS (SELECT client_id, renewed_at FROM locks WHERE lock_key = $1 AND region = $2),
+mine AS (
+  SELECT 1 FROM pg_catalog.pg_locks p, (SELECT )sql" BATON_LOCK_KEY("$2", "$1") R"sql( AS key) k
+   WHERE p.locktype = 'advisory' AND p.granted AND p.pid = pg_backend_pid() AND p.objsubid = 1
+     AND p.classid = ((k.key >> 32) & 4294967295)::oid AND p.objid = (k.key & 4294967295)::oid)
 INSERT INTO locks AS l (lock_key, region, client_id, created_date, epoch, renewed_at, expires_at,
                         holder_pid, holder_host)
-VALUES ($1, $2, $3, now(), 1, clock_timestamp(),
-        clock_timestamp() + $4::bigint * interval '1 millisecond', pg_backend_pid(), $5)
+SELECT $1, $2, $3, now(), 1, clock_timestamp(),
+       clock_timestamp() + $4::bigint * interval '1 millisecond', pg_backend_pid(), $5
+ WHERE EXISTS (SELECT 1 FROM mine)
 ON CONFLICT (lock_key, region) DO UPDATE
    SET client_id = excluded.client_id, created_date = excluded.created_date,
        epoch = l.epoch + 1, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
@@ -45,10 +64,13 @@ SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))
    AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()
 )sql";
 
+// Only from the session that holds the lock (holder_pid): a renewal that a transaction pooler
+// ran on another server session renews nothing.
 constexpr const char* kRenewSql = R"sql(
 UPDATE locks SET renewed_at = clock_timestamp(),
                  expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond'
  WHERE lock_key = $1 AND region = $2 AND client_id = $3 AND epoch = $4
+   AND holder_pid = pg_backend_pid()
 )sql";
 
 constexpr const char* kReleaseRowSql = R"sql(
@@ -80,13 +102,34 @@ SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))
    AND pid <> pg_backend_pid()
 )sql";
 
+// The session holding this group's advisory lock when it is not the lock row's holder and the
+// row's lease ran out more than a ttl ago (or there is no row): no node leads, and something that
+// is not a node (a stranger that computed the key, or a stuck client) keeps every node out.
+constexpr const char* kStrangerSql = R"sql(
+SELECT p.pid, coalesce(a.usename::text, '?'), coalesce(a.application_name, ''),
+       coalesce(host(a.client_addr), 'local')
+  FROM pg_catalog.pg_locks p
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = p.pid,
+       (SELECT )sql" BATON_LOCK_KEY("$2", "$1") R"sql( AS key) k
+  LEFT JOIN locks l ON l.lock_key = $1 AND l.region = $2
+ WHERE p.locktype = 'advisory' AND p.granted AND p.objsubid = 1
+   AND p.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+   AND p.classid = ((k.key >> 32) & 4294967295)::oid AND p.objid = (k.key & 4294967295)::oid
+   AND p.pid <> pg_backend_pid()
+   AND (l.lock_key IS NULL
+        OR (l.expires_at < clock_timestamp() - $3::bigint * interval '1 millisecond'
+            AND p.pid IS DISTINCT FROM l.holder_pid))
+)sql";
+
 constexpr const char* kNodeRowSql = R"sql(
-INSERT INTO nodes AS n (node_id, host, pid, version, role, epoch, metrics_addr)
-VALUES ($1, $2, $3, $4, $5, nullif($6, 0), nullif($7, ''))
+INSERT INTO nodes AS n (node_id, host, pid, version, role, epoch, metrics_addr, lock_group,
+                        handles)
+VALUES ($1, $2, $3, $4, $5, nullif($6, 0), nullif($7, ''), $8, $9::text[])
 ON CONFLICT (node_id) DO UPDATE
    SET host = excluded.host, pid = excluded.pid, version = excluded.version,
        last_seen = now(), role = excluded.role, epoch = coalesce(excluded.epoch, n.epoch),
-       metrics_addr = excluded.metrics_addr,
+       metrics_addr = excluded.metrics_addr, lock_group = excluded.lock_group,
+       handles = excluded.handles,
        started_at = CASE WHEN n.pid = excluded.pid THEN n.started_at ELSE now() END
 )sql";
 
@@ -107,12 +150,15 @@ std::int64_t now_ns() {
 
 }  // namespace
 
-Elector::Elector(ElectorConfig config, LeadershipCallbacks callbacks,
-                 detail::LeaderObserver* observer, std::function<void()> on_yield_request)
-    : config_(std::move(config)),
-      callbacks_(std::move(callbacks)),
-      on_yield_request_(std::move(on_yield_request)),
-      observer_(observer) {
+Elector::Elector(ElectorConfig config, ElectorEvents events, detail::Lease& lease,
+                 detail::LeaderObserver* observer)
+    : config_(std::move(config)), on_(std::move(events)), observer_(observer), lease_(lease) {
+  // The handled types as a text[] literal (type names follow the naming rule: no quoting needed
+  // beyond the double quotes).
+  handles_ = "{";
+  for (const auto& t : config_.handles)
+    handles_ += (handles_.size() > 1 ? ",\"" : "\"") + t + "\"";
+  handles_ += "}";
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
@@ -131,7 +177,10 @@ void Elector::stop() {
   if (stopping_.exchange(true)) return;
   std::uint64_t one = 1;
   [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+  // A statement stuck on a dead connection is cut, so the heartbeat thread returns.
+  detail::CallWatch::instance().abort(detail::owner_of(this));
   if (heartbeat_.joinable()) heartbeat_.join();
+  detail::CallWatch::instance().end_abort(detail::owner_of(this));
   {
     std::lock_guard lock(mutex_);
     events_done_ = true;
@@ -146,35 +195,38 @@ void Elector::yield() {
   [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
 }
 
-void Elector::request_yield() {
-  const auto e = epoch_.load();
-  if (e != 0) post({Event::yield_request, e, RevokeReason::stepped_down});
+void Elector::request_step_down() {
+  const auto e = lease_.epoch();
+  if (e != 0) post({Event::step_down, e, RevokeReason::stepped_down});
 }
 
-bool Elector::leading(std::int64_t epoch) const {
-  return epoch != 0 && epoch_.load() == epoch && now_ns() < lease_deadline_ns_.load();
+bool Elector::reachable(Millis within) const {
+  const auto at = last_answer_ns_.load();
+  return at != 0 && now_ns() - at < std::chrono::nanoseconds(within).count();
 }
 
-bool Elector::is_leader() const {
-  const auto e = epoch_.load();
-  return leading(e);
+void Elector::answered() {
+  last_answer_ns_.store(now_ns());
 }
 
-std::int64_t Elector::epoch() const {
-  return epoch_.load();
+Clock::time_point Elector::statement_deadline(std::int64_t held_epoch) const {
+  if (held_epoch != 0 && lease_.epoch() == held_epoch) return lease_.deadline();
+  return Clock::now() + config_.retry_interval + config_.lease;
 }
 
 bool Elector::revoke(std::int64_t epoch, RevokeReason reason) {
-  std::int64_t expected = epoch;
-  if (epoch == 0 || !epoch_.compare_exchange_strong(expected, 0)) return false;
-  lease_deadline_ns_.store(0);
+  if (!lease_.end(epoch)) return false;
+  // Reported before anything else: from this instant this node says it does not lead.
+  if (observer_ != nullptr) observer_->revoked(epoch, to_string(reason));
   if (reason == RevokeReason::shutting_down || reason == RevokeReason::stepped_down) {
     spdlog::info("leadership released: epoch={} reason={}", epoch, to_string(reason));
   } else {
     spdlog::warn("leadership LOST: epoch={} reason={}", epoch, to_string(reason));
   }
-  if (observer_ != nullptr) observer_->revoked(epoch, to_string(reason));
   post({Event::revoked, epoch, reason});
+  // Whatever the heartbeat is waiting for on the network is of no use any more.
+  detail::CallWatch::instance().abort(detail::owner_of(this));
+  detail::CallWatch::instance().end_abort(detail::owner_of(this));
   return true;
 }
 
@@ -189,11 +241,13 @@ void Elector::post(Event event) {
 void Elector::event_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    // Wakes at least every renew interval to enforce the lease on the steady clock, even when
-    // the heartbeat thread is stuck in a statement.
-    cv_.wait_for(lock, config_.renew_interval, [this] { return !events_.empty() || events_done_; });
-    const auto e = epoch_.load();
-    if (e != 0 && now_ns() >= lease_deadline_ns_.load()) {
+    // The lease's end is kept here, to the millisecond, whatever the heartbeat thread is doing
+    // (a renewal stuck on a dead connection cannot delay it).
+    const auto wake =
+        lease_.epoch() != 0 ? lease_.deadline() : Clock::now() + config_.renew_interval;
+    cv_.wait_until(lock, wake, [this] { return !events_.empty() || events_done_; });
+    const auto e = lease_.epoch();
+    if (e != 0 && Clock::now() >= lease_.deadline()) {
       lock.unlock();
       if (observer_ != nullptr) observer_->renewal_failed();
       revoke(e, RevokeReason::lost_renewal);
@@ -204,13 +258,11 @@ void Elector::event_loop() {
       events_.pop_front();
       lock.unlock();
       try {
-        if (ev.kind == Event::granted && callbacks_.on_granted) callbacks_.on_granted(ev.epoch);
-        if (ev.kind == Event::revoked && callbacks_.on_revoked) {
-          callbacks_.on_revoked(ev.epoch, ev.reason);
-        }
-        if (ev.kind == Event::yield_request) {
-          if (on_yield_request_) {
-            on_yield_request_();
+        if (ev.kind == Event::granted && on_.granted) on_.granted(ev.epoch);
+        if (ev.kind == Event::revoked && on_.revoked) on_.revoked(ev.epoch, ev.reason);
+        if (ev.kind == Event::step_down) {
+          if (on_.step_down_requested) {
+            on_.step_down_requested(ev.epoch);
           } else {
             yield();
           }
@@ -236,15 +288,32 @@ void Elector::heartbeat_loop() {
   std::mt19937_64 rng(std::random_device{}());
   Millis backoff{100};
   bool reported_down = false;
+  auto connect_options = config_.connect;
+  // The election session: the server ends it when it falls silent for the database-side lease
+  // (which frees the lock), and finds a dead peer no sooner; a statement may take the leader's
+  // own lease at most.
+  const int ttl_ms = static_cast<int>(config_.ttl.count());
+  connect_options.idle_session_timeout_ms = ttl_ms;
+  connect_options.idle_in_transaction_timeout_ms = ttl_ms;
+  connect_options.server_keepalive_ms = ttl_ms;
+  connect_options.statement_timeout_ms = static_cast<int>(config_.lease.count());
+  connect_options.lock_timeout_ms = static_cast<int>(config_.lease.count());
+  connect_options.synchronous_commit_off = true;  // the lease lives in memory: no fsync wait
 
   while (!stopping_.load()) {
     try {
       if (!conn) {
-        conn = detail::connect(config_.connect);
+        // Checked on every (re)connect: the URL's name may lead to a pooler now.
+        if (const auto pooled =
+                detail::transaction_pooling(config_.connect, detail::owner_of(this));
+            !pooled.empty()) {
+          throw std::runtime_error(pooled);
+        }
+        conn = detail::connect(connect_options, detail::owner_of(this));
+        answered();
         // Followers wake at once when a leader releases its lock.
         receiver = std::make_unique<WakeReceiver>(
             *conn, detail::leader_channel(config_.connect.schema), notifications_);
-        connected_.store(true);
         if (reported_down) spdlog::info("election connection restored");
         reported_down = false;
         backoff = Millis(100);
@@ -258,16 +327,18 @@ void Elector::heartbeat_loop() {
       }
       receiver.reset();
       conn.reset();  // closing the session frees the advisory lock
-      connected_.store(false);
-      if (observer_ != nullptr) observer_->database_error("elector");
+      if (observer_ != nullptr) {
+        observer_->database_error("elector");
+        if (detail::is_authentication_error(e)) observer_->authentication_failed();
+      }
       if (!reported_down) {
         spdlog::error("election connection failed: {}; reconnecting with backoff",
-                      detail::scrub(e.what()));
+                      detail::one_line(detail::scrub(e.what())));
         reported_down = true;
       }
       std::uniform_int_distribution<std::int64_t> jitter(backoff.count() / 2, backoff.count());
       wait(-1, Millis(jitter(rng)));
-      backoff = std::min(backoff * 2, Millis(5000));
+      backoff = std::min(backoff * 2, Millis(2000));
     }
   }
 
@@ -279,13 +350,14 @@ void Elector::heartbeat_loop() {
         release(*conn, held_epoch);
       } catch (const std::exception& e) {
         spdlog::warn("could not release leadership cleanly ({}); closing the session frees it",
-                     detail::scrub(e.what()));
+                     detail::one_line(detail::scrub(e.what())));
       }
     }
   }
   if (conn) {
     try {
       receiver.reset();
+      auto armed = detail::CallWatch::instance().arm(*conn, config_.lease, detail::owner_of(this));
       pqxx::nontransaction tx(*conn);
       tx.exec_params("UPDATE nodes SET role = 'stopped', last_seen = now() WHERE node_id = $1",
                      config_.node_id);
@@ -296,7 +368,7 @@ void Elector::heartbeat_loop() {
 }
 
 void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
-  if (held_epoch != 0 && epoch_.load() != held_epoch) {
+  if (held_epoch != 0 && lease_.epoch() != held_epoch) {
     // The watchdog revoked the lease while this thread was busy: give the lock up for real.
     throw std::runtime_error("lease ran out before renewal succeeded");
   }
@@ -312,9 +384,18 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
   }
   if (held_epoch == 0) {
     yield_requested_.store(false);
-    const bool held_off = Clock::now() < hold_off_until_;
-    if (held_off || !try_acquire(conn, held_epoch)) {
-      if (!held_off) maybe_evict(conn);
+    if (Clock::now() < hold_off_until_) {
+      touch_node_row(conn, false);
+      wait(conn.sock(), config_.retry_interval);
+      handle_notifications(conn, held_epoch);
+      return;
+    }
+    if (!acquire(conn, held_epoch)) {
+      if (Clock::now() >= next_look_around_) {
+        next_look_around_ = Clock::now() + kLookAround;
+        maybe_evict(conn);
+        check_lock_holder(conn);
+      }
       touch_node_row(conn, false);
       wait(conn.sock(), config_.retry_interval);
       handle_notifications(conn, held_epoch);
@@ -330,40 +411,64 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
 void Elector::handle_notifications(pqxx::connection& conn, std::int64_t held_epoch) {
   notifications_.clear();
   conn.get_notifs();  // throws when the server closed the session
-  bool released = false;
+  bool control = false;
   for (const auto& payload : notifications_) {
-    if (held_epoch != 0 && (payload == "yield *" || payload == "yield " + config_.node_id)) {
-      spdlog::info("asked to step down ({})", payload);
-      post({Event::yield_request, held_epoch, RevokeReason::stepped_down});
-    }
-    released = released || payload.rfind("released ", 0) == 0;
+    const auto signal = detail::LeaderSignal::parse(payload);
+    control = control || (signal && signal->kind == detail::LeaderSignal::control);
   }
-  if (released && held_epoch == 0) {
-    // Every follower wakes on the same NOTIFY: a small random spread avoids a stampede.
-    static thread_local std::mt19937_64 rng(std::random_device{}());
-    wait(-1, Millis(std::uniform_int_distribution<int>(0, 10)(rng)));
+  // A NOTIFY is only a wake-up (anyone may send one): the requests are read from their table.
+  if (held_epoch != 0 && (control || Clock::now() >= next_control_check_)) {
+    take_control_requests(conn, held_epoch);
   }
 }
 
-bool Elector::try_acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
+bool Elector::acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
+  // Tried every retry interval (25 ms by default), not waited for in pg_advisory_lock: a blocked
+  // lock wait holds a snapshot for as long as it waits (pg_stat_activity.backend_xmin), and a
+  // follower that waited for hours would hold back VACUUM on the job tables all that time.
   {
+    auto armed =
+        detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
     pqxx::nontransaction tx(conn);
-    if (!tx.exec_params(kTryLockSql, config_.region, config_.lock_key)[0][0].as<bool>()) {
-      return false;
-    }
+    const bool got = tx.exec_params(kTryLockSql, config_.region, config_.lock_key)[0][0].as<bool>();
+    answered();
+    if (!got) return false;
   }
-  const auto sent = now_ns();
+  grant(conn, held_epoch);
+  return true;
+}
+
+void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
+  const auto sent = Clock::now();
   // If this fails, the caller drops the session, so the advisory lock is never held without
   // the row.
+  auto armed =
+      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
   pqxx::work tx(conn);
-  const auto row = tx.exec_params(kGrantSql, config_.lock_key, config_.region, config_.node_id,
-                                  static_cast<std::int64_t>(config_.ttl.count()), config_.host)[0];
+  // Renewals may be lost in a crash (the session commits asynchronously), a grant may not: an
+  // epoch lost and issued again would let a deposed leader's claim tokens match a new claim's.
+  // With a synchronous standby this also waits until the standby has the grant.
+  tx.exec("SET LOCAL synchronous_commit = on");
+  const auto rows = tx.exec_params(kGrantSql, config_.lock_key, config_.region, config_.node_id,
+                                   static_cast<std::int64_t>(config_.ttl.count()), config_.host);
+  if (rows.empty()) {
+    throw std::runtime_error(
+        "the grant ran on another server session than the one holding the lock: the election "
+        "connection goes through a transaction pooler (PgBouncer pool_mode=transaction?). "
+        "Connect nodes directly or through a session-mode pool, or give "
+        "--election-database-url a direct URL");
+  }
+  const auto row = rows[0];
   const auto epoch = row[0].as<std::int64_t>();
   const std::string previous = row[1].is_null() ? "" : row[1].c_str();
   tx.commit();
+  answered();
   held_epoch = epoch;
-  lease_deadline_ns_.store(sent + std::chrono::nanoseconds(config_.ttl).count());
-  epoch_.store(epoch);
+  lease_.grant(epoch, sent + config_.lease);
+  {
+    std::lock_guard lock(mutex_);  // the watchdog picks up the new deadline
+  }
+  cv_.notify_all();
   spdlog::info("leadership GRANTED: epoch={}", epoch);
   if (observer_ != nullptr) {
     const bool takeover = !previous.empty() && previous != config_.node_id && !row[2].is_null();
@@ -372,12 +477,76 @@ bool Elector::try_acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
   post({Event::granted, epoch, RevokeReason::stepped_down});
   touch_node_row(conn, true);
   if (!previous.empty() && previous != config_.node_id) end_deposed_transactions(conn, previous);
-  return true;
+}
+
+void Elector::take_control_requests(pqxx::connection& conn, std::int64_t held_epoch) {
+  next_control_check_ = Clock::now() + std::chrono::seconds(1);
+  const bool may_accept = Clock::now() >= next_step_down_allowed_;
+  auto armed = detail::CallWatch::instance().arm(conn, statement_deadline(held_epoch),
+                                                 detail::owner_of(this));
+  for (const auto& r :
+       detail::take_control(conn, config_.node_id, group(), may_accept, std::chrono::seconds(60))) {
+    spdlog::info("step-down request {} from role {}{}: {}", r.id, r.requested_by,
+                 r.note.empty() ? "" : " (" + detail::one_line(r.note, 200) + ")", r.outcome);
+    if (r.accepted) {
+      next_step_down_allowed_ = Clock::now() + kStepDownInterval;
+      post({Event::step_down, held_epoch, RevokeReason::stepped_down});
+    }
+  }
+}
+
+void Elector::check_lock_holder(pqxx::connection& conn) {
+  auto armed =
+      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
+  pqxx::nontransaction tx(conn);
+  auto r = tx.exec_params(kStrangerSql, config_.lock_key, config_.region,
+                          static_cast<std::int64_t>(config_.ttl.count()));
+  if (r.empty()) {
+    if (stranger_pid_ != 0) {
+      spdlog::info("the leader lock is no longer held by a stranger");
+      if (observer_ != nullptr) observer_->stranger_holds_lock(false);
+    }
+    stranger_pid_ = 0;
+    return;
+  }
+  const int pid = r[0][0].as<int>();
+  if (pid != stranger_pid_) {
+    // Seen once: a node may hold the lock for a moment before it writes the lock row.
+    stranger_pid_ = pid;
+    stranger_since_ = Clock::now();
+    return;
+  }
+  if (Clock::now() - stranger_since_ < std::max<Clock::duration>(config_.ttl, 1s)) return;
+  const std::string who = std::string("pid=") + r[0][0].c_str() + " role=" + r[0][1].c_str() +
+                          " application_name='" + detail::one_line(r[0][2].c_str(), 64) +
+                          "' client=" + r[0][3].c_str();
+  if (observer_ != nullptr) observer_->stranger_holds_lock(true);
+  try {
+    tx.exec_params("SELECT pg_catalog.pg_terminate_backend($1)", pid);
+    spdlog::error(
+        "the leader lock was held by a session that is not a baton node ({}) while no node "
+        "led; ended it",
+        who);
+    if (observer_ != nullptr) observer_->evicted_holder();
+  } catch (const pqxx::sql_error& e) {
+    if (last_stranger_report_ + std::chrono::seconds(30) <= Clock::now()) {
+      spdlog::error(
+          "the leader lock is held by a session that is not a baton node ({}), so no node can "
+          "lead; this node's role may not end it ({}): end it by hand "
+          "(SELECT pg_terminate_backend({})), and grant pg_signal_backend to the node role "
+          "(docs/security.md)",
+          who, detail::one_line(e.what(), 200), pid);
+      last_stranger_report_ = Clock::now();
+    }
+  }
 }
 
 void Elector::maybe_evict(pqxx::connection& conn) {
+  auto armed =
+      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
   pqxx::nontransaction tx(conn);
   auto stale = tx.exec_params(kStaleHolderSql, config_.lock_key, config_.region);
+  answered();
   if (stale.empty()) return;
   const std::string holder = stale[0][0].c_str();
   const int pid = stale[0][1].is_null() ? 0 : stale[0][1].as<int>();
@@ -394,6 +563,7 @@ void Elector::maybe_evict(pqxx::connection& conn) {
 }
 
 void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string& previous) {
+  auto armed = detail::CallWatch::instance().arm(conn, config_.lease, detail::owner_of(this));
   pqxx::nontransaction tx(conn);
   const auto ended = tx.exec_params(kEndDeposedSql, detail::node_application_name(
                                                         previous, config_.connect.schema))[0][0]
@@ -407,40 +577,48 @@ void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string
 }
 
 void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
-  const auto sent = now_ns();
+  const auto sent = Clock::now();
+  // A renewal that has not come back by the lease's end is of no use: cut it then.
+  auto armed = detail::CallWatch::instance().arm(conn, statement_deadline(held_epoch),
+                                                 detail::owner_of(this));
   pqxx::nontransaction tx(conn);
   auto r = tx.exec_params(kRenewSql, config_.lock_key, config_.region, config_.node_id, held_epoch,
                           static_cast<std::int64_t>(config_.ttl.count()));
+  answered();
   if (r.affected_rows() == 0) {
     if (observer_ != nullptr) observer_->renewal_failed();
     const auto lost = held_epoch;
     held_epoch = 0;
     revoke(lost, RevokeReason::lost_renewal);
-    throw std::runtime_error("renewal matched no lock row: another node took over");
+    throw std::runtime_error(
+        "renewal matched no lock row: another node took over (or this statement ran on another "
+        "server session than the lock's: a transaction pooler)");
   }
   if (observer_ != nullptr) observer_->renewed();
   // Extend only if the watchdog did not revoke meanwhile; the lease runs from the SEND time.
-  if (epoch_.load() == held_epoch) {
-    lease_deadline_ns_.store(sent + std::chrono::nanoseconds(config_.ttl).count());
-  }
+  lease_.extend(held_epoch, sent + config_.lease);
 }
 
 void Elector::release(pqxx::connection& conn, std::int64_t epoch) {
+  auto armed = detail::CallWatch::instance().arm(conn, config_.lease, detail::owner_of(this));
   pqxx::nontransaction tx(conn);
   tx.exec_params(kReleaseRowSql, config_.lock_key, config_.region, config_.node_id, epoch);
   tx.exec_params(kUnlockSql, config_.region, config_.lock_key);
   tx.exec_params("SELECT pg_notify($1, $2)", detail::leader_channel(config_.connect.schema),
-                 "released " + config_.node_id);
+                 detail::LeaderSignal{detail::LeaderSignal::released, config_.node_id}.encode());
 }
 
 void Elector::touch_node_row(pqxx::connection& conn, bool force) {
   const auto now = Clock::now();
   if (!force && now - last_node_touch_ < std::chrono::seconds(1)) return;
   last_node_touch_ = now;
-  const auto e = epoch_.load();
+  const auto e = lease_.epoch();
+  auto armed =
+      detail::CallWatch::instance().arm(conn, statement_deadline(e), detail::owner_of(this));
   pqxx::nontransaction tx(conn);
   tx.exec_params(kNodeRowSql, config_.node_id, config_.host, static_cast<int>(getpid()),
-                 config_.version, e != 0 ? "leader" : "follower", e, config_.metrics_addr);
+                 config_.version, e != 0 ? "leader" : "follower", e, config_.metrics_addr, group(),
+                 handles_);
 }
 
 #undef BATON_LOCK_KEY

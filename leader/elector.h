@@ -1,14 +1,19 @@
 // Elector: stands for leadership of (lock_key, region) and reports grants and revokes.
 //
-// Strategy (DESIGN.md section 4): a dedicated connection takes a session advisory lock once, then
-// upserts the lock row with epoch + 1 and renews the row's lease on a heartbeat. A lost lease
-// (zero rows, an error, EOF, or no successful renewal within the ttl measured on this process's
-// steady clock from the send time of the last success) revokes at once and closes the connection,
-// which frees the advisory lock. A follower tries every retry interval, wakes on the leader's
-// release NOTIFY, and evicts a holder whose row expired while its backend still holds the lock.
+// Strategy (docs/concepts.md): a dedicated connection takes a session advisory lock (once), then
+// upserts the lock row with epoch + 1 and renews the row's lease on a heartbeat. Followers try
+// the lock every retry interval (25 ms), and now and then evict a holder whose row expired while
+// its backend still holds the lock, and report a holder that is not a node at all.
 //
-// Thread-safety: every public member may be called from any thread. One heartbeat thread owns the
-// connection; callbacks run on a separate event thread, so a slow callback never delays renewal.
+// Lease ordering: the leader's own lease runs on its steady clock from the send time of its last
+// successful renewal, and is shorter than every way the database can let another node lead (the
+// session's idle_session_timeout, the server's TCP detection, the row's expiry). At its end a
+// watchdog revokes at once, without waiting for a renewal stuck on a dead connection: that call
+// has a deadline too (detail/call_watch.h).
+//
+// Thread-safety: every public member may be called from any thread. One heartbeat thread owns
+// the connection; callbacks run on a separate event thread (which also keeps the lease's
+// deadline), so a slow callback never delays renewal.
 #pragma once
 
 #include <atomic>
@@ -23,54 +28,61 @@
 
 #include "baton/config.h"
 #include "baton/detail/db.h"
+#include "baton/detail/lease.h"
 #include "baton/detail/observer.h"
 #include "baton/events.h"
 
 namespace baton::leader {
 
 struct ElectorConfig {
-  detail::ConnectOptions connect;  // application_name must be the node id
+  detail::ConnectOptions connect;  // application_name must be "<node id>@<schema>"
   std::string node_id;
   std::string host;
   std::string version;
-  std::string metrics_addr;  // recorded in the nodes row
+  std::string metrics_addr;          // recorded in the nodes row
+  std::vector<std::string> handles;  // job types this node has handlers for (the nodes row)
   std::string lock_key = "baton-leader";
   std::string region = "default";
-  Millis ttl{2000};
-  Millis renew_interval{200};
+  Millis ttl{500};    // the lease on the database's side (row expiry, idle_session_timeout)
+  Millis lease{395};  // the leader's own lease, shorter (NodeConfig::local_lease())
+  Millis renew_interval{100};
   Millis retry_interval{100};
+};
+
+// What the elector tells the node: leadership events, and the step-down requests the leader
+// read from control_requests (the node drains, then calls yield()).
+struct ElectorEvents {
+  std::function<void(std::int64_t epoch)> granted;
+  std::function<void(std::int64_t epoch, RevokeReason reason)> revoked;
+  std::function<void(std::int64_t epoch)> step_down_requested;
 };
 
 class Elector {
  public:
-  // `on_yield_request` runs on the event thread when someone asks this leader to step down
-  // (NOTIFY "yield <node id>" or "yield *" on the leader channel, e.g. from batonctl); it should
-  // drain and then call yield().
-  Elector(ElectorConfig config, LeadershipCallbacks callbacks, detail::LeaderObserver* observer,
-          std::function<void()> on_yield_request = {});
+  // `lease` is where the elector keeps this node's leadership for others to read; it must
+  // outlive the Elector.
+  Elector(ElectorConfig config, ElectorEvents events, detail::Lease& lease,
+          detail::LeaderObserver* observer);
   ~Elector();
   Elector(const Elector&) = delete;
   Elector& operator=(const Elector&) = delete;
 
   void start();
   // Steps down if leading (lease ended, lock released, followers notified), delivers the revoke
-  // callback, and stops both threads. Idempotent.
+  // event, and stops both threads. Idempotent.
   void stop();
   // Releases leadership now (if leading) and stays out of elections for a few renew intervals.
   void yield();
-  // Runs on_yield_request on the event thread (drain first, then yield), if leading.
-  void request_yield();
+  // The node's own step-down request: delivers step_down_requested (if leading), on the event
+  // thread, so that the node drains before it calls yield().
+  void request_step_down();
 
-  // True while this node leads at `epoch` and its lease has not run out on the steady clock.
-  bool leading(std::int64_t epoch) const;
-  bool is_leader() const;
-  std::int64_t epoch() const;  // the epoch while leading, else 0
-  // True while the election session is connected to the database.
-  bool connected() const { return connected_.load(); }
+  // True while the election session answered within the last `within`.
+  bool reachable(Millis within) const;
 
  private:
   struct Event {
-    enum Kind { granted, revoked, yield_request } kind;
+    enum Kind { granted, revoked, step_down } kind;
     std::int64_t epoch;
     RevokeReason reason;
   };
@@ -78,39 +90,56 @@ class Elector {
   void heartbeat_loop();
   void event_loop();
   void step(pqxx::connection& conn, std::int64_t& held_epoch);
-  bool try_acquire(pqxx::connection& conn, std::int64_t& held_epoch);
+  // Tries the advisory lock; on success, grants. False when someone else holds it.
+  bool acquire(pqxx::connection& conn, std::int64_t& held_epoch);
+  void grant(pqxx::connection& conn, std::int64_t& held_epoch);
   void maybe_evict(pqxx::connection& conn);
   void renew(pqxx::connection& conn, std::int64_t& held_epoch);
   void release(pqxx::connection& conn, std::int64_t epoch);
   void touch_node_row(pqxx::connection& conn, bool force);
   void end_deposed_transactions(pqxx::connection& conn, const std::string& previous);
   void handle_notifications(pqxx::connection& conn, std::int64_t held_epoch);
-  // Marks leadership lost and queues the callback; false when it was lost already.
+  // Reads the step-down requests addressed to this leader (control_requests).
+  void take_control_requests(pqxx::connection& conn, std::int64_t held_epoch);
+  // Finds (and ends, where this role may) a session that holds the lock but is not a node.
+  void check_lock_holder(pqxx::connection& conn);
+  std::string group() const { return config_.region + "/" + config_.lock_key; }
+  // Marks leadership lost and queues the event; false when it was lost already.
   bool revoke(std::int64_t epoch, RevokeReason reason);
   void post(Event event);
   // Waits for the connection's socket (if any), the stop signal, or the timeout.
   void wait(int sock, Millis timeout);
+  // The deadline of a statement: the lease's end while leading, else a retry interval plus
+  // the lease (a follower's statements are short; a stuck one is cut).
+  std::chrono::steady_clock::time_point statement_deadline(std::int64_t held_epoch) const;
+  void answered();  // the server answered: the session is reachable
 
   const ElectorConfig config_;
-  const LeadershipCallbacks callbacks_;
-  const std::function<void()> on_yield_request_;
+  const ElectorEvents on_;
   detail::LeaderObserver* const observer_;
+  std::string handles_;  // config_.handles as a text[] literal
 
-  std::atomic<std::int64_t> epoch_{0};              // 0 when not leading
-  std::atomic<std::int64_t> lease_deadline_ns_{0};  // steady clock
+  detail::Lease& lease_;
+  std::atomic<std::int64_t> last_answer_ns_{0};  // steady clock
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> connected_{false};
   std::atomic<bool> yield_requested_{false};
   std::chrono::steady_clock::time_point hold_off_until_{};  // heartbeat thread only
   int wake_fd_ = -1;
 
-  std::mutex mutex_;  // guards events_
+  std::mutex mutex_;  // guards events_ and events_done_
   std::condition_variable cv_;
   std::deque<Event> events_;
   bool events_done_ = false;
 
+  // Heartbeat thread only:
   std::chrono::steady_clock::time_point last_node_touch_{};
-  std::vector<std::string> notifications_;  // heartbeat thread only
+  std::chrono::steady_clock::time_point next_control_check_{};
+  std::chrono::steady_clock::time_point next_step_down_allowed_{};
+  std::chrono::steady_clock::time_point next_look_around_{};
+  int stranger_pid_ = 0;
+  std::chrono::steady_clock::time_point stranger_since_{};
+  std::chrono::steady_clock::time_point last_stranger_report_{};
+  std::vector<std::string> notifications_;
   std::thread heartbeat_;
   std::thread events_thread_;
 };

@@ -1,8 +1,10 @@
-// HttpServer: the node's HTTP endpoint (civetweb): /metrics in Prometheus text format,
-// /healthz (the process answers) and /readyz (the database is reachable and the schema current).
+// The node's metrics endpoint: /metrics in Prometheus text format, /healthz (the process answers)
+// and /readyz (the database is reachable, the schema current). Served by the node's HTTP server
+// (detail/http_server.h), asynchronous: idle or slow clients never hold a thread, so a port
+// scanner cannot make a liveness probe fail.
 //
-// Thread-safety: civetweb calls the handlers on its own threads; the collectables and the
-// readiness callback must be thread-safe.
+// Thread-safety: the collectables and the readiness callback are called on the server's I/O
+// thread and must be thread-safe and quick.
 #pragma once
 
 #include <functional>
@@ -10,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <prometheus/client_metric.h>
 #include <prometheus/collectable.h>
 
-class CivetServer;
+#include "baton/detail/http_server.h"
 
 namespace baton::metrics {
 
@@ -22,19 +25,20 @@ class HttpServer {
   using Readiness = std::function<std::string()>;
 
   // Binds host:port (port 0 picks one) at once; throws std::runtime_error naming the address.
+  // Every sample gets the `labels` (the deployment's). `extra` routes (the console's) are served
+  // beside the metrics on the same port.
   HttpServer(const std::string& listen,
-             std::vector<std::weak_ptr<prometheus::Collectable>> collectables, Readiness ready);
+             std::vector<std::weak_ptr<prometheus::Collectable>> collectables, Readiness ready,
+             std::vector<prometheus::ClientMetric::Label> labels = {},
+             std::vector<detail::http::Route> extra = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  std::string address() const { return address_; }
+  std::string address() const { return server_->address(); }
 
  private:
-  struct Handlers;
-  std::unique_ptr<Handlers> handlers_;
-  std::unique_ptr<CivetServer> server_;
-  std::string address_;
+  std::unique_ptr<detail::http::Server> server_;
 };
 
 }  // namespace baton::metrics

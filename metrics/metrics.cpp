@@ -68,8 +68,9 @@ class Metrics::Live final : public prometheus::Collectable {
   std::atomic<std::int64_t> renewed_ns_{0};
 };
 
-Metrics::Metrics(const std::string& node_id)
-    : registry_(std::make_shared<prometheus::Registry>()),
+Metrics::Metrics(const std::string& node_id, std::string deployment)
+    : deployment_(std::move(deployment)),
+      registry_(std::make_shared<prometheus::Registry>()),
       process_(std::make_shared<ProcessCollector>()),
       live_(std::make_shared<Live>()),
       started_(BuildCounter()
@@ -114,6 +115,12 @@ Metrics::Metrics(const std::string& node_id)
                      .Help("Database errors in this node's loops, by component (elector, "
                            "poller, completer, rescuer, pruner, depth_sampler).")
                      .Register(*registry_)),
+      auth_failures_(BuildCounter()
+                         .Name("baton_database_authentication_failures_total")
+                         .Help("Connections the database refused for their credentials (wrong "
+                               "password, no pg_hba.conf entry); the node keeps retrying.")
+                         .Register(*registry_)
+                         .Add({})),
       leader_(BuildGauge()
                   .Name("baton_leader")
                   .Help("1 while this node is the leader, else 0.")
@@ -151,6 +158,12 @@ Metrics::Metrics(const std::string& node_id)
                      .Help("Stale leaders this node evicted with pg_terminate_backend.")
                      .Register(*registry_)
                      .Add({})),
+      stranger_(BuildGauge()
+                    .Name("baton_lock_held_by_stranger")
+                    .Help("1 while a session that is not a baton node holds the leader lock and "
+                          "no node leads (seen by this follower), else 0.")
+                    .Register(*registry_)
+                    .Add({})),
       pool_threads_(BuildGauge()
                         .Name("baton_pool_threads")
                         .Help("Handler threads in this node's pool.")
@@ -187,6 +200,17 @@ Metrics::Metrics(const std::string& node_id)
                      .Name("baton_dead_jobs")
                      .Help("Rows in dead_jobs per queue. Sampled by the leader only.")
                      .Register(*registry_)),
+      unhandled_(BuildGauge()
+                     .Name("baton_jobs_without_handler")
+                     .Help("Due jobs waiting because the leader has no handler for their type "
+                           "(a rolling deploy, or a type no node handles), by queue and type. "
+                           "Sampled by the leader only.")
+                     .Register(*registry_)),
+      unhandled_oldest_(BuildGauge()
+                            .Name("baton_jobs_without_handler_oldest_seconds")
+                            .Help("Age of the oldest due job waiting for a handler, by queue and "
+                                  "type. Sampled by the leader only.")
+                            .Register(*registry_)),
       schedule_lag_(BuildGauge()
                         .Name("baton_schedule_lag_seconds")
                         .Help("How late this leader enqueued the last tick of a schedule, after "
@@ -208,14 +232,20 @@ Metrics::~Metrics() {
   server_.reset();
 }
 
-void Metrics::serve(const std::string& listen, HttpServer::Readiness ready) {
+void Metrics::serve(const std::string& listen, HttpServer::Readiness ready,
+                    std::vector<detail::http::Route> extra) {
   server_ = std::make_unique<HttpServer>(
       listen, std::vector<std::weak_ptr<prometheus::Collectable>>{registry_, process_, live_},
-      std::move(ready));
+      std::move(ready), std::vector<prometheus::ClientMetric::Label>{{"deployment", deployment_}},
+      std::move(extra));
 }
 
 void Metrics::database_error(std::string_view component) {
   db_errors_.Add({{"component", std::string(component)}}).Increment();
+}
+
+void Metrics::authentication_failed() {
+  auth_failures_.Increment();
 }
 
 void Metrics::claimed_waiting(int count) {
@@ -297,8 +327,29 @@ void Metrics::queue_depths(const std::vector<detail::QueueDepth>& depths) {
   sampled_queues_.insert(now.begin(), now.end());
 }
 
+void Metrics::unhandled_jobs(const std::vector<detail::UnhandledJobs>& jobs) {
+  std::lock_guard lock(mutex_);
+  std::set<std::pair<std::string, std::string>> now;
+  for (const auto& j : jobs) {
+    now.emplace(j.queue, j.type);
+    unhandled_.Add({{"queue", j.queue}, {"type", j.type}}).Set(static_cast<double>(j.count));
+    unhandled_oldest_.Add({{"queue", j.queue}, {"type", j.type}}).Set(j.oldest_seconds);
+  }
+  for (const auto& [queue, type] : unhandled_kinds_) {
+    if (now.count({queue, type}) != 0) continue;
+    unhandled_.Remove(&unhandled_.Add({{"queue", queue}, {"type", type}}));
+    unhandled_oldest_.Remove(&unhandled_oldest_.Add({{"queue", queue}, {"type", type}}));
+  }
+  unhandled_kinds_ = std::move(now);
+}
+
 void Metrics::queue_depths_cleared() {
   std::lock_guard lock(mutex_);
+  for (const auto& [queue, type] : unhandled_kinds_) {
+    unhandled_.Remove(&unhandled_.Add({{"queue", queue}, {"type", type}}));
+    unhandled_oldest_.Remove(&unhandled_oldest_.Add({{"queue", queue}, {"type", type}}));
+  }
+  unhandled_kinds_.clear();
   for (const auto& q : sampled_queues_) {
     for (const char* state : {"available", "scheduled", "running"}) {
       depth_.Remove(&depth_.Add({{"queue", q}, {"state", state}}));
@@ -353,6 +404,10 @@ void Metrics::renewal_failed() {
 
 void Metrics::evicted_holder() {
   evictions_.Increment();
+}
+
+void Metrics::stranger_holds_lock(bool holds) {
+  stranger_.Set(holds ? 1 : 0);
 }
 
 }  // namespace baton::metrics

@@ -28,17 +28,20 @@ class Metrics final : public detail::JobObserver,
                       public detail::QueueObserver,
                       public detail::ScheduleObserver {
  public:
-  explicit Metrics(const std::string& node_id);
+  // `deployment` labels every sample (NodeConfig::deployment()).
+  Metrics(const std::string& node_id, std::string deployment);
   ~Metrics() override;
 
   // Serves /metrics, /healthz and /readyz on host:port (port 0 picks one). Throws
   // std::runtime_error with the address when it cannot bind.
-  void serve(const std::string& listen, HttpServer::Readiness ready);
+  void serve(const std::string& listen, HttpServer::Readiness ready,
+             std::vector<detail::http::Route> extra = {});
   // host:port actually bound, empty when not serving.
   std::string address() const { return server_ ? server_->address() : std::string(); }
 
   // ErrorObserver
   void database_error(std::string_view component) override;
+  void authentication_failed() override;
 
   // JobObserver
   void job_started(std::string_view queue, std::string_view type, double wait_seconds) override;
@@ -53,6 +56,7 @@ class Metrics final : public detail::JobObserver,
   // QueueObserver
   void queue_depths(const std::vector<detail::QueueDepth>& depths) override;
   void queue_depths_cleared() override;
+  void unhandled_jobs(const std::vector<detail::UnhandledJobs>& jobs) override;
 
   // ScheduleObserver
   void tick_enqueued(std::string_view schedule, double lag_seconds) override;
@@ -63,6 +67,7 @@ class Metrics final : public detail::JobObserver,
   void renewed() override;
   void renewal_failed() override;
   void evicted_holder() override;
+  void stranger_holds_lock(bool holds) override;
 
  private:
   struct JobSeries {
@@ -78,6 +83,7 @@ class Metrics final : public detail::JobObserver,
   JobSeries& series(std::string_view queue, std::string_view type);
   class Live;  // values computed at scrape time
 
+  const std::string deployment_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<prometheus::Collectable> process_;
   std::shared_ptr<Live> live_;
@@ -93,6 +99,7 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Histogram>& total_;
   prometheus::Family<prometheus::Counter>& leadership_changes_;
   prometheus::Family<prometheus::Counter>& db_errors_;
+  prometheus::Counter& auth_failures_;
   prometheus::Gauge& leader_;
   prometheus::Gauge& epoch_;
   prometheus::Gauge& last_failover_;
@@ -100,6 +107,7 @@ class Metrics final : public detail::JobObserver,
   prometheus::Counter& released_;
   prometheus::Counter& renewal_failures_;
   prometheus::Counter& evictions_;
+  prometheus::Gauge& stranger_;
   prometheus::Gauge& pool_threads_;
   prometheus::Gauge& pool_busy_;
   prometheus::Gauge& claimed_waiting_;
@@ -107,12 +115,15 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Gauge>& depth_;
   prometheus::Family<prometheus::Gauge>& oldest_;
   prometheus::Family<prometheus::Gauge>& dead_jobs_;
+  prometheus::Family<prometheus::Gauge>& unhandled_;
+  prometheus::Family<prometheus::Gauge>& unhandled_oldest_;
   prometheus::Family<prometheus::Gauge>& schedule_lag_;
   prometheus::Family<prometheus::Counter>& schedule_ticks_;
 
-  std::mutex mutex_;  // guards series_ and sampled_queues_
+  std::mutex mutex_;  // guards series_, sampled_queues_ and unhandled_kinds_
   std::unordered_map<std::string, JobSeries> series_;
   std::set<std::string> sampled_queues_;
+  std::set<std::pair<std::string, std::string>> unhandled_kinds_;  // (queue, type) reported
 };
 
 }  // namespace baton::metrics

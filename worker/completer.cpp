@@ -1,15 +1,35 @@
 // Completer: batched, fenced outcome writes (see completer.h).
 #include "worker/completer.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
+#include "baton/detail/call_watch.h"
+#include "baton/detail/text.h"
+
 namespace baton::worker {
 
+namespace {
+
+// The outcomes' session: durable commits (synchronous), a statement bound, no transaction left
+// open.
+detail::ConnectOptions with_session(detail::ConnectOptions connect) {
+  if (connect.statement_timeout_ms == 0) connect.statement_timeout_ms = 60'000;
+  if (connect.idle_in_transaction_timeout_ms == 0) connect.idle_in_transaction_timeout_ms = 10'000;
+  connect.synchronous_commit_off = false;
+  return connect;
+}
+
+// A batch that has not been written this long is cut and written again on a new connection.
+constexpr auto kWriteDeadline = std::chrono::seconds(30);
+
+}  // namespace
+
 Completer::Completer(detail::ConnectOptions connect, detail::JobObserver* observer)
-    : connect_(std::move(connect)), observer_(observer) {}
+    : connect_(with_session(std::move(connect))), observer_(observer) {}
 
 Completer::~Completer() {
   stop(Millis(0));
@@ -21,13 +41,23 @@ void Completer::start() {
 
 void Completer::stop(Millis deadline) {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     if (!thread_.joinable()) return;
     stopping_ = true;
     stop_deadline_ = std::chrono::steady_clock::now() + deadline;
+    cv_.notify_all();
+    // Until the deadline the pending outcomes may still be written; then a write in flight is
+    // cut (the network may have stopped answering), and the thread gives up.
+    flushed_cv_.wait_until(lock, stop_deadline_, [this] { return exited_; });
   }
-  cv_.notify_all();
+  detail::CallWatch::instance().abort(detail::owner_of(this));
   thread_.join();
+  detail::CallWatch::instance().end_abort(detail::owner_of(this));
+}
+
+void Completer::cut_in_flight() {
+  detail::CallWatch::instance().abort(detail::owner_of(this));
+  detail::CallWatch::instance().end_abort(detail::owner_of(this));
 }
 
 void Completer::add(detail::Completion done) {
@@ -94,7 +124,11 @@ void Completer::loop() {
     in_flight_ = done.size() + failed.size() + released.size();
     if (in_flight_ == 0) {
       flushed_cv_.notify_all();
-      if (stopping_) return;
+      if (stopping_) {
+        exited_ = true;
+        flushed_cv_.notify_all();
+        return;
+      }
       continue;
     }
     lock.unlock();
@@ -127,6 +161,7 @@ void Completer::loop() {
           "until the next leader rescues them",
           in_flight_);
       in_flight_ = 0;
+      exited_ = true;
       flushed_cv_.notify_all();
       return;
     }
@@ -138,11 +173,27 @@ void Completer::loop() {
 void Completer::write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
                       std::vector<detail::Release>& released) {
   if (!conn_) {
-    conn_ = detail::connect(connect_);
+    conn_ = detail::connect(connect_, detail::owner_of(this));
     // The completion's plan (primary-key lookups of the given ids) never depends on the values:
     // plan it once per connection rather than once per batch.
     pqxx::nontransaction(*conn_).exec("SET plan_cache_mode = force_generic_plan");
   }
+  auto armed = detail::CallWatch::instance().arm(*conn_, kWriteDeadline, detail::owner_of(this));
+  try {
+    apply(done, failed, released);
+  } catch (const std::exception& e) {
+    if (detail::is_connection_error(e)) throw;
+    // A data error (a value PostgreSQL refuses): one bad outcome must not hold up the others, on
+    // this leader or the next. Write each on its own; a bad one is written again as a failure
+    // with a message that cannot be refused.
+    spdlog::error("completer: a batch of {} outcomes was refused ({}); writing them one by one",
+                  done.size() + failed.size() + released.size(), detail::one_line(e.what()));
+    isolate(done, failed, released);
+  }
+}
+
+void Completer::apply(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
+                      std::vector<detail::Release>& released) {
   const std::size_t sent = done.size() + failed.size();
   std::vector<std::int64_t> fenced;
   std::size_t put_back = 0;
@@ -173,6 +224,75 @@ void Completer::write(std::vector<detail::Completion>& done, std::vector<detail:
   done.clear();
   failed.clear();
   released.clear();
+}
+
+namespace {
+
+// A failure that PostgreSQL cannot refuse: ASCII text, a delay in range.
+detail::Failure safe_failure(detail::Failure f, const std::string& why) {
+  std::string ascii;
+  for (char c : f.error.substr(0, 200)) {
+    ascii += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  f.error = "the outcome could not be recorded as it was (" + why + "); the handler said: " + ascii;
+  f.retry_delay_ms = std::clamp<std::int64_t>(f.retry_delay_ms, 0, 3'600'000);
+  return f;
+}
+
+}  // namespace
+
+void Completer::isolate(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
+                        std::vector<detail::Release>& released) {
+  // Runs one outcome; true when written (or fenced), false on a data error. A lost connection
+  // propagates, leaving in the vectors only what was not written yet.
+  auto attempt = [&](auto&& write_one) -> std::string {
+    try {
+      write_one();
+      return "";
+    } catch (const std::exception& e) {
+      if (detail::is_connection_error(e)) throw;
+      const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
+      return sql != nullptr && !sql->sqlstate().empty() ? "SQLSTATE " + sql->sqlstate()
+                                                        : detail::one_line(e.what());
+    }
+  };
+  auto give_up = [](std::int64_t id, const std::string& why) {
+    spdlog::error(
+        "completer: the outcome of job={} cannot be recorded ({}); it stays running until a "
+        "newer epoch rescues it",
+        id, why);
+  };
+  while (!done.empty()) {
+    const auto d = done.back();
+    std::vector<detail::Completion> one{d};
+    std::vector<detail::Failure> none;
+    std::vector<detail::Release> no_release;
+    const auto why = attempt([&] { apply(one, none, no_release); });
+    done.pop_back();
+    // A completion carries no text of the handler's: a refusal here is not the data's fault.
+    if (!why.empty()) give_up(d.id, why);
+  }
+  while (!failed.empty()) {
+    const auto f = failed.back();
+    std::vector<detail::Completion> none;
+    std::vector<detail::Failure> one{f};
+    std::vector<detail::Release> no_release;
+    const auto why = attempt([&] { apply(none, one, no_release); });
+    failed.pop_back();
+    if (why.empty()) continue;
+    std::vector<detail::Failure> safe{safe_failure(f, why)};
+    if (const auto again = attempt([&] { apply(none, safe, no_release); }); !again.empty()) {
+      give_up(f.id, again);
+    }
+  }
+  while (!released.empty()) {
+    std::vector<detail::Completion> none;
+    std::vector<detail::Failure> no_failure;
+    std::vector<detail::Release> one{released.back()};
+    const auto why = attempt([&] { apply(none, no_failure, one); });
+    if (!why.empty()) give_up(released.back().id, why);
+    released.pop_back();
+  }
 }
 
 }  // namespace baton::worker

@@ -2,7 +2,8 @@
 // is being written form the next batch, so batches grow with load and add no delay when idle.
 // A batch that fails on a lost connection is kept and retried after reconnecting: an outcome is
 // dropped only at shutdown after the flush deadline, and then its job stays `running` until a
-// newer epoch rescues it, so nothing is lost.
+// newer epoch rescues it, so nothing is lost. A batch that PostgreSQL refuses for its data is
+// written one outcome at a time, so that one bad outcome never holds up the others.
 //
 // Thread-safety: add_*() and pending() from any thread; start()/stop() from one owner thread.
 #pragma once
@@ -30,6 +31,10 @@ class Completer {
   // Writes what is pending (retrying for up to `deadline`), then stops the thread.
   void stop(Millis deadline);
 
+  // Cuts the write in flight, if any (it is written again on a new connection): at the end of
+  // leadership, when the network may have stopped answering.
+  void cut_in_flight();
+
   void add(detail::Completion done);
   void add(detail::Failure failed);
   void add(detail::Release released);
@@ -39,8 +44,16 @@ class Completer {
 
  private:
   void loop();
+  // Writes the outcomes and empties the vectors; throws (leaving what is unwritten) when the
+  // connection is lost.
   void write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
              std::vector<detail::Release>& released);
+  // One transaction for all of them.
+  void apply(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
+             std::vector<detail::Release>& released);
+  // One transaction each, for a batch PostgreSQL refused.
+  void isolate(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
+               std::vector<detail::Release>& released);
   std::size_t queued() const { return done_.size() + failed_.size() + released_.size(); }
 
   const detail::ConnectOptions connect_;
@@ -55,6 +68,7 @@ class Completer {
   std::vector<detail::Release> released_;
   std::size_t in_flight_ = 0;  // taken out of the queues, not yet written
   bool stopping_ = false;
+  bool exited_ = false;  // the thread left its loop
   std::chrono::steady_clock::time_point stop_deadline_{};
   std::thread thread_;
 };

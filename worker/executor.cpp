@@ -4,10 +4,19 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
+
+#include "baton/detail/call_watch.h"
+#include "baton/detail/text.h"
+
 namespace baton::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The longest retry delay (100 years, as the SQL API's delay limit) and error message stored.
+constexpr std::int64_t kMaxDelayMs = 3'153'600'000'000;
+constexpr std::size_t kMaxErrorBytes = 4000;
 
 // Each pool thread's own generator for retry jitter.
 std::mt19937_64& thread_rng() {
@@ -20,13 +29,47 @@ thread_local std::unique_ptr<pqxx::connection> tl_conn;
 
 }  // namespace
 
+namespace {
+
+// The handlers' sessions: a statement or an open transaction is bounded (5 minutes), so that a
+// deposed leader's handler cannot hold rows for long.
+ExecutorConfig with_session(ExecutorConfig config) {
+  if (config.connect.statement_timeout_ms == 0) config.connect.statement_timeout_ms = 300'000;
+  if (config.connect.idle_in_transaction_timeout_ms == 0) {
+    config.connect.idle_in_transaction_timeout_ms = 300'000;
+  }
+  // Through a pooler the settings go with each transaction instead (local_settings).
+  config.connect.session_settings = !config.pooled;
+  return config;
+}
+
+// Through a transaction pooler a session's settings do not follow the transactions; the same
+// settings, for one transaction.
+std::string local_settings(const ExecutorConfig& c) {
+  if (!c.pooled) return "";
+  detail::validate_schema_name(c.connect.schema);
+  return "SET LOCAL search_path TO \"" + c.connect.schema +
+         "\"; SET LOCAL statement_timeout = " + std::to_string(c.connect.statement_timeout_ms) +
+         "; SET LOCAL idle_in_transaction_session_timeout = " +
+         std::to_string(c.connect.idle_in_transaction_timeout_ms);
+}
+
+}  // namespace
+
+Executor::EpochRuns::~EpochRuns() {
+  detail::CallWatch::instance().end_abort(detail::owner_of(this));
+}
+
 Executor::Executor(ExecutorConfig config, const detail::HandlerRegistry& handlers,
                    Completer& completer, detail::JobObserver* observer,
-                   std::function<void()> on_slot_free)
-    : config_(std::move(config)),
+                   std::function<void()> on_slot_free,
+                   std::function<bool(std::int64_t)> lease_valid)
+    : config_(with_session(std::move(config))),
+      local_settings_(local_settings(config_)),
       handlers_(handlers),
       completer_(completer),
       observer_(observer),
+      lease_valid_(std::move(lease_valid)),
       on_slot_free_(std::move(on_slot_free)),
       pool_(std::make_unique<boost::asio::thread_pool>(config_.threads)) {}
 
@@ -34,8 +77,54 @@ Executor::~Executor() {
   if (pool_) pool_->join();
 }
 
+std::shared_ptr<Executor::EpochRuns> Executor::epoch_runs(std::int64_t epoch) {
+  // Under runs_mutex_. Epochs whose runs are all gone are forgotten.
+  std::erase_if(epochs_, [](const auto& e) { return e->ended.load() && e.use_count() == 1; });
+  for (const auto& e : epochs_) {
+    if (e->epoch == epoch && !e->ended.load()) return e;
+  }
+  auto e = std::make_shared<EpochRuns>();
+  e->epoch = epoch;
+  epochs_.push_back(e);
+  return e;
+}
+
+void Executor::accept(std::int64_t epoch) {
+  {
+    std::lock_guard lock(runs_mutex_);
+    epoch_runs(epoch);
+  }
+  accepting_.store(epoch);
+}
+
+void Executor::end_epoch(std::int64_t epoch) {
+  std::lock_guard lock(runs_mutex_);
+  for (const auto& e : epochs_) {
+    if ((epoch == 0 || e->epoch == epoch) && !e->ended.exchange(true)) {
+      // Transactional handlers waiting on the database are cut: their commits would be fenced.
+      detail::CallWatch::instance().abort(detail::owner_of(e.get()));
+    }
+  }
+}
+
+void Executor::cancel_job(std::int64_t id) {
+  std::lock_guard lock(runs_mutex_);
+  auto [from, to] = runs_.equal_range(id);
+  for (auto it = from; it != to; ++it)
+    it->second->cancel_asked.store(true);
+}
+
+std::vector<std::int64_t> Executor::running_ids() const {
+  std::lock_guard lock(runs_mutex_);
+  std::vector<std::int64_t> ids;
+  ids.reserve(runs_.size());
+  for (const auto& [id, run] : runs_)
+    ids.push_back(id);
+  return ids;
+}
+
 int Executor::busy_in(const std::string& queue) const {
-  std::lock_guard lock(queue_mutex_);
+  std::lock_guard lock(runs_mutex_);
   auto it = queue_busy_.find(queue);
   return it == queue_busy_.end() ? 0 : it->second;
 }
@@ -44,42 +133,62 @@ void Executor::submit(detail::ClaimedJob job) {
   const int busy = busy_.fetch_add(1) + 1;
   const int waiting = waiting_.fetch_add(1) + 1;
   if (observer_ != nullptr) observer_->claimed_waiting(waiting);
+  auto run = std::make_shared<Run>();
   {
-    std::lock_guard lock(queue_mutex_);
+    std::lock_guard lock(runs_mutex_);
+    run->epoch = epoch_runs(job.job.epoch);
+    run->cancel_asked.store(job.cancel_requested);
     ++queue_busy_[job.job.queue];
+    run->claimed = std::move(job);
+    runs_.emplace(run->claimed.job.id, run);
   }
   if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads);
-  boost::asio::post(*pool_, [this, job = std::move(job)] {
-    const int still_waiting = waiting_.fetch_sub(1) - 1;
-    if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
-    if (job.job.epoch == accepting_.load()) {
-      if (observer_ != nullptr) {
-        const double held = std::chrono::duration<double>(Clock::now() - job.claimed).count();
-        observer_->job_started(job.job.queue, job.job.type, job.wait_seconds + held);
+  boost::asio::post(*pool_, [this, run = std::move(run)] { start(run); });
+}
+
+void Executor::start(const std::shared_ptr<Run>& run) {
+  const auto& claimed = run->claimed;
+  const int still_waiting = waiting_.fetch_sub(1) - 1;
+  if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
+  const auto epoch = claimed.job.epoch;
+  // The lease is checked at this instant: after a pause (SIGSTOP, a suspended VM) the steady
+  // clock says whether the claim's epoch is still ours, whatever the revoke event has reached.
+  const bool may_start = epoch == accepting_.load() && !run->epoch->ended.load() &&
+                         (!lease_valid_ || lease_valid_(epoch));
+  if (may_start) {
+    if (observer_ != nullptr) {
+      const double held = std::chrono::duration<double>(Clock::now() - claimed.claimed).count();
+      observer_->job_started(claimed.job.queue, claimed.job.type, claimed.wait_seconds + held);
+    }
+    const auto started = Clock::now();
+    this->run(*run);
+    const double took = std::chrono::duration<double>(Clock::now() - started).count();
+    const double mean = mean_run_seconds_.load(std::memory_order_relaxed);
+    mean_run_seconds_.store(mean == 0 ? took : mean + (took - mean) / 16,
+                            std::memory_order_relaxed);
+  } else {
+    completer_.add(detail::Release{claimed.job.id, epoch, claimed.token});
+  }
+  {
+    std::lock_guard lock(runs_mutex_);
+    if (--queue_busy_[claimed.job.queue] == 0) queue_busy_.erase(claimed.job.queue);
+    auto [from, to] = runs_.equal_range(claimed.job.id);
+    for (auto it = from; it != to; ++it) {
+      if (it->second == run) {
+        runs_.erase(it);
+        break;
       }
-      const auto started = Clock::now();
-      run(job);
-      const double took = std::chrono::duration<double>(Clock::now() - started).count();
-      const double mean = mean_run_seconds_.load(std::memory_order_relaxed);
-      mean_run_seconds_.store(mean == 0 ? took : mean + (took - mean) / 16,
-                              std::memory_order_relaxed);
-    } else {
-      completer_.add(detail::Release{job.job.id, job.job.epoch, job.job.attempt});
     }
-    {
-      std::lock_guard lock(queue_mutex_);
-      if (--queue_busy_[job.job.queue] == 0) queue_busy_.erase(job.job.queue);
-    }
-    const int now_busy = busy_.fetch_sub(1) - 1;
-    if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads);
-    if (now_busy == 0) {
-      std::lock_guard lock(idle_mutex_);
-      idle_cv_.notify_all();
-    }
-    if (waiting_.load() > refill_mark_.load(std::memory_order_relaxed)) return;
-    std::lock_guard lock(slot_free_mutex_);
-    if (on_slot_free_) on_slot_free_();
-  });
+  }
+  const int now_busy = busy_.fetch_sub(1) - 1;
+  if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads);
+  if (now_busy == 0) {
+    std::lock_guard lock(idle_mutex_);
+    idle_cv_.notify_all();
+  }
+  if (waiting_.load() > refill_mark_.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(slot_free_mutex_);
+  if (on_slot_free_) on_slot_free_();
 }
 
 bool Executor::wait_idle(Millis timeout) {
@@ -92,18 +201,23 @@ void Executor::detach_slot_free() {
   on_slot_free_ = nullptr;
 }
 
-bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& ctx,
-                                 const std::string& row_at, double& run_seconds) {
+bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& ctx, const Run& run,
+                                 double& run_seconds) {
+  const detail::ClaimedJob& claimed = run.claimed;
   const auto started = Clock::now();
   try {
     if (!tl_conn) tl_conn = detail::connect(config_.connect);
+    // Cut when the epoch ends (and the run is then fenced), however long the handler takes.
+    auto armed = detail::CallWatch::instance().arm(*tl_conn, Clock::time_point::max(),
+                                                   detail::owner_of(run.epoch.get()));
     pqxx::work tx(*tl_conn);
+    if (!local_settings_.empty()) tx.exec(local_settings_);
     entry.transactional(ctx, tx);
     if (Clock::now() > ctx.deadline()) throw std::runtime_error("timeout: ran past its limit");
     run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const Job& job = ctx.job();
-    if (!detail::complete_in(
-            tx, {job.id, job.epoch, run_seconds, job.attempt, job.queue, job.type, row_at})) {
+    if (!detail::complete_in(tx, {job.id, job.epoch, claimed.token, run_seconds, job.queue,
+                                  job.type, claimed.row_at})) {
       tx.abort();
       spdlog::warn(
           "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
@@ -120,7 +234,8 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
   }
 }
 
-void Executor::run(const detail::ClaimedJob& claimed) {
+void Executor::run(Run& run) {
+  const detail::ClaimedJob& claimed = run.claimed;
   const Job& job = claimed.job;
   const auto started = Clock::now();
   const auto deadline = claimed.timeout_ms > 0
@@ -132,48 +247,56 @@ void Executor::run(const detail::ClaimedJob& claimed) {
   std::optional<std::chrono::milliseconds> retry_in;  // the handler chose the delay
   const detail::HandlerEntry* entry = handlers_.find(job.type);
   double run_seconds = 0;
-  if (entry != nullptr) {
-    try {
-      JobContext ctx(job, deadline, cancelled_);
-      if (entry->transactional) {
-        const bool committed = run_transactional(*entry, ctx, claimed.row_at, run_seconds);
-        recorded = true;
-        if (committed && observer_ != nullptr) {
-          observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
-                                  claimed.since_enqueue_seconds + run_seconds);
-        }
-      } else {
-        entry->plain(ctx);
-        if (Clock::now() > deadline) {
-          error = "timeout: ran past its " + std::to_string(claimed.timeout_ms) + "ms limit";
-        }
+  if (entry == nullptr) {
+    // The claim takes only the types this node handles, so this is a node whose registry
+    // changed under it: leave the job for a node that knows it.
+    spdlog::error("no handler for job={} type={} on this node: released", job.id, job.type);
+    completer_.add(detail::Release{job.id, job.epoch, claimed.token});
+    return;
+  }
+  if (run.cancel_asked.load()) {
+    // Cancelled between its claim and its start: it never runs.
+    completer_.add(detail::Failure{job.id, job.epoch, claimed.token, job.attempt,
+                                   "cancelled before it started", false, "", 0, job.queue,
+                                   job.type});
+    return;
+  }
+  try {
+    JobContext ctx(job, deadline, run.epoch->ended, run.cancel_asked);
+    if (entry->transactional) {
+      const bool committed = run_transactional(*entry, ctx, run, run_seconds);
+      recorded = true;
+      if (committed && observer_ != nullptr) {
+        observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
+                                claimed.since_enqueue_seconds + run_seconds);
       }
-    } catch (const PayloadError& e) {
-      error = e.what();
-      dead_reason = "bad_payload";
-    } catch (const Discard& e) {
-      error = e.what();
-      dead_reason = "discarded";
-    } catch (const RetryIn& e) {
-      error = e.what();
-      if (error.empty()) error = "asked to retry";
-      retry_in = e.delay();
-    } catch (const std::exception& e) {
-      error = e.what();
-      if (error.empty()) error = "handler threw an exception with an empty message";
-    } catch (...) {
-      error = "handler threw something that is not a std::exception";
+    } else {
+      entry->plain(ctx);
+      if (Clock::now() > deadline) {
+        error = "timeout: ran past its " + std::to_string(claimed.timeout_ms) + "ms limit";
+      }
     }
-  } else {
-    error = "no handler is registered for job type '" + job.type + "' on node " + config_.node_id +
-            "; register one with node.handle(\"" + job.type + "\", ...) or enqueue a known type";
-    dead_reason = "unknown_type";
+  } catch (const PayloadError& e) {
+    error = e.what();
+    dead_reason = "bad_payload";
+  } catch (const Discard& e) {
+    error = e.what();
+    dead_reason = "discarded";
+  } catch (const RetryIn& e) {
+    error = e.what();
+    if (error.empty()) error = "asked to retry";
+    retry_in = e.delay();
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (error.empty()) error = "handler threw an exception with an empty message";
+  } catch (...) {
+    error = "handler threw something that is not a std::exception";
   }
   if (recorded && error.empty()) return;
   run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   if (error.empty()) {
-    completer_.add(detail::Completion{job.id, job.epoch, run_seconds, job.attempt, job.queue,
+    completer_.add(detail::Completion{job.id, job.epoch, claimed.token, run_seconds, job.queue,
                                       job.type, claimed.row_at});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
@@ -181,20 +304,25 @@ void Executor::run(const detail::ClaimedJob& claimed) {
     }
     return;
   }
+  // Whatever the handler threw is stored as text PostgreSQL accepts (valid UTF-8, no NUL).
+  error = detail::clean_text(error, kMaxErrorBytes);
   const bool exhausted = job.attempt >= job.max_attempts;
   if (dead_reason.empty() && exhausted) dead_reason = "exhausted";
-  detail::Failure f{job.id,      job.epoch, job.attempt, error,   !dead_reason.empty(),
-                    dead_reason, 0,         job.queue,   job.type};
+  detail::Failure f{job.id,      job.epoch, claimed.token, job.attempt, error, !dead_reason.empty(),
+                    dead_reason, 0,         job.queue,     job.type};
   if (!f.dead) {
-    const auto& policy = entry != nullptr && entry->retry ? *entry->retry : config_.retry;
-    f.retry_delay_ms = retry_in ? std::max<std::int64_t>(0, retry_in->count())
+    const auto& policy = entry->retry ? *entry->retry : config_.retry;
+    // RetryIn takes any duration; the database takes up to the longest delay an enqueue may ask.
+    f.retry_delay_ms = retry_in ? std::clamp<std::int64_t>(retry_in->count(), 0, kMaxDelayMs)
                                 : policy.delay(job.attempt, thread_rng()).count();
   }
-  spdlog::warn(
-      "job failed: job={} queue={} type={} epoch={} attempt={}/{} {}: {}", job.id, job.queue,
-      job.type, job.epoch, job.attempt, job.max_attempts,
-      f.dead ? "dead (" + dead_reason + ")" : "retry in " + std::to_string(f.retry_delay_ms) + "ms",
-      error);
+  const bool cancelled = run.cancel_asked.load();
+  spdlog::warn("job failed: job={} queue={} type={} epoch={} attempt={}/{} {}: {}", job.id,
+               job.queue, job.type, job.epoch, job.attempt, job.max_attempts,
+               cancelled ? std::string("cancelled")
+               : f.dead  ? "dead (" + dead_reason + ")"
+                         : "retry in " + std::to_string(f.retry_delay_ms) + "ms",
+               detail::one_line(error));
   completer_.add(std::move(f));
   if (observer_ != nullptr) {
     observer_->job_finished(job.queue, job.type,

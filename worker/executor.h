@@ -1,8 +1,13 @@
 // Executor: runs handlers on a boost::asio::thread_pool of a fixed size and turns each run into
 // an outcome for the completer. Submitted jobs wait in the pool's queue for a free thread; the
 // poller keeps that queue short (see poller.h). A job starts only while the executor accepts its
-// epoch: once leadership ends, or a graceful shutdown begins, jobs that have not started are
-// released back to the queue through the completer instead.
+// epoch AND the lease of that epoch is valid at that instant: jobs that cannot start (leadership
+// ended, a graceful shutdown began, or the lease ran out while they waited) are released back to
+// the queue through the completer instead.
+//
+// Cancellation is per epoch and per job: when an epoch ends, every run of that epoch sees
+// cancelled() (and a later epoch of the same node never clears it); a job cancelled by a producer
+// sees it too, and its outcome is recorded as cancelled.
 //
 // Thread-safety: submit() from the poller thread; every other member from any thread.
 #pragma once
@@ -15,6 +20,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio/thread_pool.hpp>
 
@@ -29,6 +35,9 @@ namespace baton::worker {
 
 struct ExecutorConfig {
   detail::ConnectOptions connect;  // for transactional handlers' connections, one per thread
+  // The handlers' connections may go through a transaction pooler (the node was given a
+  // separate election URL): their session settings are repeated in every transaction.
+  bool pooled = false;
   int threads = 8;
   std::string node_id;
   detail::RetryPolicy retry;
@@ -36,8 +45,10 @@ struct ExecutorConfig {
 
 class Executor {
  public:
+  // `lease_valid(epoch)` is the elector's lease check, asked as each job starts.
   Executor(ExecutorConfig config, const detail::HandlerRegistry& handlers, Completer& completer,
-           detail::JobObserver* observer, std::function<void()> on_slot_free);
+           detail::JobObserver* observer, std::function<void()> on_slot_free,
+           std::function<bool(std::int64_t)> lease_valid = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -51,32 +62,54 @@ class Executor {
   double mean_run_seconds() const { return mean_run_seconds_.load(std::memory_order_relaxed); }
   // A finished job wakes the poller (on_slot_free) only when at most `mark` jobs still wait.
   void set_refill_mark(int mark) { refill_mark_.store(mark, std::memory_order_relaxed); }
-  // Jobs of `epoch` may start; jobs of any other epoch are released instead.
-  void accept(std::int64_t epoch) { accepting_.store(epoch); }
-  // No job starts any more (until the next accept); those waiting are released.
+  // Jobs of `epoch` may start (while its lease is valid); jobs of any other epoch are released.
+  void accept(std::int64_t epoch);
+  // No job starts any more (until the next accept); those waiting are released. Runs go on.
   void stop_accepting() { accepting_.store(0); }
+  // The runs of `epoch` see cancelled() from now on (0: the runs of every epoch, for shutdown).
+  void end_epoch(std::int64_t epoch);
+  // The run of job `id`, if this node runs it, sees cancelled() and cancel_requested().
+  void cancel_job(std::int64_t id);
+  // Ids of the jobs submitted and not finished (running or waiting for a thread).
+  std::vector<std::int64_t> running_ids() const;
   // Jobs of `queue` running now.
   int busy_in(const std::string& queue) const;
   // Starts the job on a pool thread. The caller made sure a slot is free.
   void submit(detail::ClaimedJob job);
-  // Raises the cancellation flag that handlers see through JobContext::cancelled().
-  void cancel(bool on) { cancelled_.store(on); }
   // Waits until no handler runs, or the timeout passes. True when idle.
   bool wait_idle(Millis timeout);
   // No more slot-freed callbacks after this returns (the poller they wake is going away).
   void detach_slot_free();
 
  private:
-  void run(const detail::ClaimedJob& job);
+  // Cancellation of every run of one epoch: its flag, and the database calls of its
+  // transactional handlers, cut when the epoch ends.
+  struct EpochRuns {
+    std::int64_t epoch = 0;
+    std::atomic<bool> ended{false};
+    ~EpochRuns();
+  };
+  // One submitted job.
+  struct Run {
+    detail::ClaimedJob claimed;
+    std::shared_ptr<EpochRuns> epoch;
+    std::atomic<bool> cancel_asked{false};
+  };
+
+  void start(const std::shared_ptr<Run>& run);
+  void run(Run& run);
   // Runs a transactional handler and commits its writes with the completion. Returns false when
   // the commit was fenced (the outcome is then settled: nothing more to record).
-  bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx,
-                         const std::string& row_at, double& run_seconds);
+  bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx, const Run& run,
+                         double& run_seconds);
+  std::shared_ptr<EpochRuns> epoch_runs(std::int64_t epoch);
 
   const ExecutorConfig config_;
+  const std::string local_settings_;  // SET LOCAL ... for a pooled handler transaction
   const detail::HandlerRegistry& handlers_;
   Completer& completer_;
   detail::JobObserver* const observer_;
+  const std::function<bool(std::int64_t)> lease_valid_;
   std::mutex slot_free_mutex_;  // guards on_slot_free_ against detach during a callback
   std::function<void()> on_slot_free_;
 
@@ -85,9 +118,10 @@ class Executor {
   std::atomic<double> mean_run_seconds_{0};  // updated by load and store: a lost update is fine
   std::atomic<int> refill_mark_{0};
   std::atomic<std::int64_t> accepting_{0};  // the epoch whose jobs may start; 0: none
-  mutable std::mutex queue_mutex_;          // guards queue_busy_
+  mutable std::mutex runs_mutex_;           // guards queue_busy_, runs_ and epochs_
   std::unordered_map<std::string, int> queue_busy_;
-  std::atomic<bool> cancelled_{false};
+  std::unordered_multimap<std::int64_t, std::shared_ptr<Run>> runs_;
+  std::vector<std::shared_ptr<EpochRuns>> epochs_;  // the current and recent epochs
   std::mutex idle_mutex_;
   std::condition_variable idle_cv_;
   std::unique_ptr<boost::asio::thread_pool> pool_;

@@ -6,46 +6,94 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include <spdlog/spdlog.h>
+
+#include "baton/detail/call_watch.h"
+#include "baton/detail/text.h"
 
 namespace baton::worker {
 namespace {
 
+// Keeps the payloads: a queue name (an enqueue, a resume) or "cancel <id>".
 struct WakeReceiver : pqxx::notification_receiver {
-  using pqxx::notification_receiver::notification_receiver;
-  void operator()(const std::string&, int) override {}
+  WakeReceiver(pqxx::connection_base& conn, const std::string& channel,
+               std::vector<std::string>& out)
+      : pqxx::notification_receiver(conn, channel), out_(out) {}
+  void operator()(const std::string& payload, int) override {
+    if (payload.rfind("cancel ", 0) == 0) out_.push_back(payload);
+  }
+  std::vector<std::string>& out_;
 };
+
+// SQLSTATE 55P03: lock_not_available, as a claim that waited lock_timeout for a row reports.
+bool lock_timed_out(const std::exception& e) {
+  const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
+  return sql != nullptr && sql->sqlstate() == "55P03";
+}
+
+}  // namespace
+
+namespace {
+
+// The claim session: a claim need not wait for its WAL flush (the first outcome of any claimed
+// job commits synchronously and so flushes the claim's earlier WAL with it; a crash that loses a
+// claim only leaves its job available, to run again as after any crash), and a row held by
+// another transaction (an operator's SELECT ... FOR UPDATE) must not stall every claim: give up
+// after a moment, then skip held rows for a while.
+PollerConfig with_session(PollerConfig config) {
+  config.connect.synchronous_commit_off = true;
+  config.connect.lock_timeout_ms = static_cast<int>(config.lock_timeout.count());
+  if (config.connect.statement_timeout_ms == 0) config.connect.statement_timeout_ms = 30'000;
+  if (config.connect.idle_in_transaction_timeout_ms == 0) {
+    config.connect.idle_in_transaction_timeout_ms = 10'000;
+  }
+  return config;
+}
 
 }  // namespace
 
 Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* observer,
-               std::function<bool(std::int64_t)> still_leading)
-    : config_(std::move(config)),
+               const detail::Lease& lease)
+    : config_(with_session(std::move(config))),
       executor_(executor),
       observer_(observer),
-      still_leading_(std::move(still_leading)) {
+      lease_(lease) {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
 
 Poller::~Poller() {
   stop();
-  receiver_.reset();
-  conn_.reset();
+  join();
   close(wake_fd_);
 }
 
 void Poller::start(std::int64_t epoch) {
   stop();
-  stopping_.store(false);
-  thread_ = std::thread([this, epoch] { loop(epoch); });
+  join();
+  run_ = std::make_shared<Run>();
+  run_->epoch = epoch;
+  thread_ = std::thread([this, run = run_] { loop(*run); });
 }
 
 void Poller::stop() {
-  stopping_.store(true);
+  if (!run_) return;
+  run_->stopping.store(true);
   wake();
+  // A claim in flight is of no use any more: cut it rather than wait for it.
+  if (!run_->aborted.exchange(true)) {
+    detail::CallWatch::instance().abort(detail::owner_of(run_.get()));
+  }
+}
+
+void Poller::join() {
   if (thread_.joinable()) thread_.join();
+  if (run_ && run_->aborted.load()) {
+    detail::CallWatch::instance().end_abort(detail::owner_of(run_.get()));
+  }
+  run_.reset();
 }
 
 void Poller::wake() {
@@ -53,9 +101,9 @@ void Poller::wake() {
   [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
 }
 
-void Poller::wait(Millis timeout) {
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {conn_ ? conn_->sock() : -1, POLLIN, 0}};
-  poll(fds, conn_ ? 2 : 1, static_cast<int>(timeout.count()));
+void Poller::wait(Run& run, Millis timeout) {
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {run.conn ? run.conn->sock() : -1, POLLIN, 0}};
+  poll(fds, run.conn ? 2 : 1, static_cast<int>(timeout.count()));
   std::uint64_t drained = 0;
   [[maybe_unused]] auto n = read(wake_fd_, &drained, sizeof drained);
 }
@@ -70,13 +118,19 @@ int Poller::buffer_size() const {
   return static_cast<int>(std::min<double>(config_.batch_size, fits));
 }
 
-bool Poller::claim_round(std::int64_t epoch) {
+bool Poller::claim_round(Run& run) {
+  const auto epoch = run.epoch;
   bool more = false;  // some claim came back full: more jobs may be waiting
   auto claim = [&](int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except) {
-    if (want <= 0 || !still_leading_(epoch)) return;
-    auto jobs =
-        detail::claim_jobs(*conn_, config_.lock, config_.node_id, epoch, want, queues, except);
+    if (want <= 0 || !lease_.valid(epoch)) return;
+    const detail::ClaimFilter filter{queues, except, config_.types,
+                                     std::chrono::steady_clock::now() < run.skip_locked_until};
+    // A claim that has not come back by the lease's end is of no use: it is cut then.
+    auto armed =
+        detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+    auto jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
+                                   config_.connect.schema);
     more = more || jobs.size() == static_cast<std::size_t>(want);
     for (auto& j : jobs)
       executor_.submit(std::move(j));
@@ -105,43 +159,68 @@ bool Poller::claim_round(std::int64_t epoch) {
   return more && executor_.free_slots() + buffer > 0;
 }
 
-void Poller::loop(std::int64_t epoch) {
+void Poller::pass_cancels(Run& run) {
+  for (const auto& payload : run.notifications) {
+    std::int64_t id = 0;
+    const auto text = std::string_view(payload).substr(7);
+    if (std::from_chars(text.data(), text.data() + text.size(), id).ec == std::errc{}) {
+      executor_.cancel_job(id);
+    }
+  }
+  run.notifications.clear();
+}
+
+void Poller::loop(Run& run) {
   bool reported = false;
   Millis backoff{50};
-  while (!stopping_.load()) {
+  while (!run.stopping.load()) {
     try {
-      if (!conn_) {
-        conn_ = detail::connect(config_.connect);
-        // A claim need not wait for its WAL flush: the first outcome of any claimed job commits
-        // synchronously and so flushes the claim's earlier WAL with it. A crash that loses a
-        // claim only leaves its job available (it runs again, as after any crash); its outcome
-        // could not have committed without it.
-        pqxx::nontransaction(*conn_).exec("SET synchronous_commit = off");
-        receiver_ =
-            std::make_unique<WakeReceiver>(*conn_, detail::jobs_channel(config_.connect.schema));
+      if (!run.conn) {
+        run.conn = detail::connect(config_.connect, detail::owner_of(&run));
+        if (run.stopping.load()) break;
+        run.receiver = std::make_unique<WakeReceiver>(
+            *run.conn, detail::jobs_channel(config_.connect.schema), run.notifications);
       }
-      const bool more = claim_round(epoch);
+      const bool more = claim_round(run);
       if (reported) spdlog::info("poller: database reachable again");
       reported = false;
       backoff = Millis(50);
       if (more) continue;
       // A NOTIFY that arrived during the claim is already read off the socket: poll() would
       // not see it.
-      if (conn_->get_notifs() > 0) continue;
-      wait(config_.poll_interval);
-      conn_->get_notifs();
+      if (run.conn->get_notifs() > 0) {
+        pass_cancels(run);
+        continue;
+      }
+      wait(run, config_.poll_interval);
+      run.conn->get_notifs();
+      pass_cancels(run);
     } catch (const std::exception& e) {
-      receiver_.reset();
-      conn_.reset();
+      if (lock_timed_out(e)) {
+        if (std::chrono::steady_clock::now() >= run.skip_locked_until) {
+          spdlog::warn(
+              "poller: a claim waited {}ms for a job row another transaction holds; claims skip "
+              "held rows for the next minute",
+              config_.lock_timeout.count());
+        }
+        run.skip_locked_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+        continue;
+      }
+      run.receiver.reset();
+      run.conn.reset();
+      if (run.stopping.load()) break;  // cut at the end of leadership: nothing to report
       if (observer_ != nullptr) observer_->database_error("poller");
       if (!reported) {
-        spdlog::error("poller: {}; retrying with backoff", detail::scrub(e.what()));
+        spdlog::error("poller: {}; retrying with backoff",
+                      detail::one_line(detail::scrub(e.what())));
         reported = true;
       }
-      wait(backoff);
+      wait(run, backoff);
       backoff = std::min(backoff * 2, Millis(2000));
     }
   }
+  run.receiver.reset();
+  run.conn.reset();
 }
 
 }  // namespace baton::worker

@@ -4,9 +4,11 @@
 // waits about 100 ms at most: threads do not wait for a claim round trip, while slow jobs are
 // not claimed long before a thread can start them. It sleeps until a NOTIFY from an enqueue, the
 // buffer running low, or the poll interval. Queues with a concurrency limit never have more jobs
-// claimed than their limit; paused queues are skipped by the claim itself.
+// claimed than their limit; paused queues are skipped by the claim itself, and so are jobs of types
+// this node has no handler for (they wait for a leader that has one). A NOTIFY 'cancel <id>' on
+// the jobs channel is passed to the executor at once.
 //
-// Thread-safety: start()/stop() from one owner thread; wake() from any thread.
+// Thread-safety: start()/stop()/join() from one owner thread; wake() from any thread.
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,7 @@
 #include "baton/config.h"
 #include "baton/detail/db.h"
 #include "baton/detail/job_store.h"
+#include "baton/detail/lease.h"
 #include "baton/detail/observer.h"
 #include "worker/executor.h"
 
@@ -31,40 +34,59 @@ struct PollerConfig {
   detail::LockName lock;
   std::vector<std::string> queues;          // empty: all
   std::map<std::string, int> queue_limits;  // most jobs of a queue running at once
+  std::vector<std::string> types{};         // the job types this node has handlers for
   int batch_size = 100;
   Millis poll_interval{1000};
+  // A claim that waits this long for a row another transaction holds gives up, and the claims
+  // of the next minute skip held rows (a row lock each) instead of waiting.
+  Millis lock_timeout{200};
 };
 
 class Poller {
  public:
-  // `still_leading(epoch)` is the elector's lease check, asked before every claim.
+  // `lease` is this node's leadership: checked before every claim, and the claims' deadline.
   Poller(PollerConfig config, Executor& executor, detail::JobObserver* observer,
-         std::function<bool(std::int64_t)> still_leading);
+         const detail::Lease& lease);
   ~Poller();
   Poller(const Poller&) = delete;
   Poller& operator=(const Poller&) = delete;
 
+  // Claims for `epoch` on a thread of its own (after joining the previous epoch's thread).
   void start(std::int64_t epoch);
-  // Returns once no claim is running and none will start. Idempotent.
+  // No claim starts any more, and a claim in flight is cut: returns at once, never waiting for
+  // the network. Idempotent.
   void stop();
+  // Waits for the claiming thread to end (after stop()).
+  void join();
   void wake();
 
  private:
-  void loop(std::int64_t epoch);
+  // One epoch's claiming: its own connection, so that a thread still finishing (cut off) never
+  // shares one with the next.
+  struct Run {
+    std::int64_t epoch = 0;
+    std::atomic<bool> aborted{false};  // its calls are being cut (until join)
+    std::atomic<bool> stopping{false};
+    std::unique_ptr<pqxx::connection> conn;
+    std::unique_ptr<pqxx::notification_receiver> receiver;
+    std::vector<std::string> notifications;
+    std::chrono::steady_clock::time_point skip_locked_until{};
+  };
+
+  void loop(Run& run);
   // One round of claims; true when a claim came back full and a slot is still free.
-  bool claim_round(std::int64_t epoch);
-  void wait(Millis timeout);
+  bool claim_round(Run& run);
+  void wait(Run& run, Millis timeout);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
+  // Hands the cancellations that arrived by NOTIFY to the executor.
+  void pass_cancels(Run& run);
 
   const PollerConfig config_;
   Executor& executor_;
   detail::JobObserver* const observer_;
-  const std::function<bool(std::int64_t)> still_leading_;
-
-  std::unique_ptr<pqxx::connection> conn_;  // used by the loop thread only
-  std::unique_ptr<pqxx::notification_receiver> receiver_;
-  std::atomic<bool> stopping_{false};
+  const detail::Lease& lease_;
+  std::shared_ptr<Run> run_;  // the current epoch's (owner thread only)
   int wake_fd_ = -1;
   std::thread thread_;
 };

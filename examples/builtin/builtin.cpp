@@ -1,7 +1,14 @@
-// Built-in handlers: noop, sleep, fail.
+// Built-in handlers for demos, drills, benchmarks and tests (see builtin.h).
 #include "builtin/builtin.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <memory>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include <pqxx/pqxx>
@@ -31,7 +38,44 @@ int ms_of(const baton::JobContext& ctx) {
 
 }  // namespace
 
-void register_handlers(baton::Node& node) {
+namespace {
+
+// One line per write(2) on an O_APPEND file: lines of concurrent runs never interleave.
+class RunLog {
+ public:
+  explicit RunLog(const std::string& path)
+      : fd_(path.empty() ? -1
+                         : open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
+    if (!path.empty() && fd_ < 0) {
+      throw std::system_error(errno, std::generic_category(), "run log " + path);
+    }
+  }
+  ~RunLog() {
+    if (fd_ >= 0) close(fd_);
+  }
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+  bool enabled() const { return fd_ >= 0; }
+  void line(const std::string& text) const {
+    const auto s = text + "\n";
+    if (write(fd_, s.data(), s.size()) != static_cast<ssize_t>(s.size())) {
+      throw std::runtime_error("run log: short write");
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+long long now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void register_handlers(baton::Node& node, const std::string& run_log) {
   node.handle("noop", [](baton::JobContext&) {});
   node.handle("sleep", [](baton::JobContext& ctx) { sleep_for(ctx, ms_of(ctx)); });
   node.handle_tx("record_tx",
@@ -64,6 +108,23 @@ void register_handlers(baton::Node& node) {
                                " on purpose");
     }
     sleep_for(ctx, ms_of(ctx));
+  });
+  node.handle("record_run", [log = std::make_shared<RunLog>(run_log),
+                             node_id = node.config().node_id](baton::JobContext& ctx) {
+    if (!log->enabled()) throw baton::Discard("record_run needs a node started with --run-log");
+    const auto& job = ctx.job();
+    const auto run = std::to_string(job.id) + " " + std::to_string(job.attempt) + " " +
+                     std::to_string(job.epoch) + " " + node_id + " ";
+    log->line("start " + run + std::to_string(now_us()) + " " + ctx.idempotency_key());
+    const int ms = ms_of(ctx);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < until && !ctx.cancelled()) {
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          until - std::chrono::steady_clock::now(), std::chrono::milliseconds(2)));
+    }
+    const bool cancelled = ctx.cancelled();
+    log->line("end " + run + std::to_string(now_us()) + (cancelled ? " cancelled" : " ok"));
+    if (cancelled) throw std::runtime_error("cancelled before it finished");
   });
   node.handle("fail", [](baton::JobContext& ctx) {
     const auto payload = ctx.payload();

@@ -11,12 +11,21 @@
 //          {"fail_attempts": N}, then sleeps {"ms": N}. The table is the operator's:
 //          CREATE TABLE executions (job_id bigint, node text, epoch bigint, attempt int,
 //                                   at timestamptz DEFAULT clock_timestamp()).
+//   record_run: sleeps {"ms": N} (waking early when cancelled) and appends a line to `run_log`
+//          as it starts and one as it ends, with the time in microseconds since the epoch:
+//            start <job id> <attempt> <epoch> <node> <us> <idempotency key>
+//            end <job id> <attempt> <epoch> <node> <us> <ok|cancelled>
+//          Tests read it to prove that no two runs of one job overlap. Refused (discarded) when
+//          the node was started without a run log.
 #pragma once
+
+#include <string>
 
 #include <baton/baton.h>
 
 namespace builtin {
 
-void register_handlers(baton::Node& node);
+// `run_log`: the file record_run appends to ("" : record_run refuses its jobs).
+void register_handlers(baton::Node& node, const std::string& run_log = "");
 
 }  // namespace builtin

@@ -14,9 +14,11 @@
 #include <spdlog/spdlog.h>
 
 #include "baton/client.h"
+#include "baton/detail/lease.h"
 #include "baton/detail/migrations.h"
 #include "baton/detail/registry.h"
 #include "baton/detail/schedule.h"
+#include "baton/detail/text.h"
 #include "leader/elector.h"
 #include "metrics/metrics.h"
 #include "signals.h"
@@ -57,6 +59,8 @@ struct Node::Impl {
   std::condition_variable cv;
   bool stop_requested = false;
 
+  // The elector keeps this node's leadership here; the consumer and is_leader() read it.
+  detail::Lease lease;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<worker::Consumer> consumer;
   std::unique_ptr<leader::Elector> elector;
@@ -66,8 +70,13 @@ struct Node::Impl {
   std::atomic<bool> schema_ready{false};
   std::string metrics_address;  // written before metrics_ready
 
-  detail::ConnectOptions connect_options() const {
-    return {.url = config.database_url,
+  // The sessions that must stay one server session (election, claims, outcomes, services) use
+  // the election URL; handlers' transactions use the database URL (which may be pooled).
+  detail::ConnectOptions connect_options(bool session = true) const {
+    const auto& url = session && !config.election_database_url.empty()
+                          ? config.election_database_url
+                          : config.database_url;
+    return {.url = url,
             .schema = config.schema,
             .application_name = detail::node_application_name(config.node_id, config.schema)};
   }
@@ -90,6 +99,11 @@ struct Node::Impl {
     for (;;) {
       std::string problem;
       try {
+        // A transaction pooler in front of the election's sessions would make leadership churn
+        // without end: refuse it, saying what to do.
+        if (const auto pooled = detail::transaction_pooling(connect_options()); !pooled.empty()) {
+          throw ConfigError(pooled);
+        }
         auto conn = detail::connect(connect_options());
         if (config.migrate) {
           const int applied = detail::migrate(*conn, config.schema);
@@ -101,13 +115,24 @@ struct Node::Impl {
         detail::require_privileges(*conn, config.schema);
         if (!last_problem.empty()) spdlog::info("database ready: {}", config.schema);
         return true;
+      } catch (const ConfigError&) {
+        throw;
       } catch (const std::exception& e) {
-        problem = detail::is_connection_error(e)
-                      ? "database unreachable (" + describe_database_url(config.database_url) +
-                            "): " + detail::scrub(e.what())
-                      : detail::scrub(e.what());
-        while (!problem.empty() && problem.back() == '\n')
-          problem.pop_back();
+        if (detail::is_authentication_error(e)) {
+          // Not "unreachable": the server answered and refused these credentials.
+          problem = "database AUTHENTICATION FAILED (" +
+                    describe_database_url(config.database_url) +
+                    "): " + detail::one_line(detail::scrub(e.what())) +
+                    "; check the password (DATABASE_URL, a .pgpass file or PGPASSWORD) and the "
+                    "role's pg_hba.conf entry";
+          if (metrics != nullptr) metrics->authentication_failed();
+        } else if (detail::is_connection_error(e)) {
+          problem = "database unreachable (" + describe_database_url(config.database_url) +
+                    "): " + detail::one_line(detail::scrub(e.what()));
+        } else {
+          problem = detail::one_line(detail::scrub(e.what()));
+        }
+        if (metrics != nullptr) metrics->database_error("connect");
       }
       if (problem != last_problem) {
         spdlog::error("{}; retrying with backoff", problem);
@@ -156,7 +181,7 @@ void Node::handle_tx(const std::string& type, TxHandler handler, const HandlerOp
 }
 
 void Node::yield() {
-  if (auto* e = impl_->live_elector.load()) e->request_yield();
+  if (auto* e = impl_->live_elector.load()) e->request_step_down();
 }
 
 void Node::every(std::chrono::milliseconds interval, const std::string& name,
@@ -191,13 +216,11 @@ SagaStore Node::sagas() const {
 }
 
 bool Node::is_leader() const {
-  auto* e = impl_->live_elector.load();
-  return e != nullptr && e->is_leader();
+  return impl_->lease.valid(impl_->lease.epoch());
 }
 
 std::int64_t Node::epoch() const {
-  auto* e = impl_->live_elector.load();
-  return e != nullptr ? e->epoch() : 0;
+  return impl_->lease.epoch();
 }
 
 std::string Node::metrics_address() const {
@@ -228,13 +251,17 @@ void Node::run() {
   spdlog::info("node {} starting: database {} schema {} threads {}", c.node_id,
                describe_database_url(c.database_url), c.schema, c.threads);
 
-  s.metrics = std::make_unique<metrics::Metrics>(c.node_id);
+  s.metrics = std::make_unique<metrics::Metrics>(c.node_id, c.deployment());
   s.metrics->pool_busy(0, c.threads);
   if (c.metrics_listen != "off") {
     s.metrics->serve(c.metrics_listen, [&s]() -> std::string {
       if (!s.schema_ready.load()) return "database not reached yet, or schema not checked";
       auto* e = s.live_elector.load();
-      if (e == nullptr || !e->connected()) return "the election session is not connected";
+      // Not ready once the database stopped answering the election session (a partition): the
+      // node cannot lead, and if it led it has stepped down.
+      if (e == nullptr || !e->reachable(std::max(s.config.lock_ttl, Millis(1000)))) {
+        return "the database does not answer the election session";
+      }
       return "";
     });
     s.metrics_address = s.metrics->address();
@@ -256,57 +283,54 @@ void Node::run() {
                .queue_limits = c.queue_concurrency,
                .batch_size = c.batch_size,
                .poll_interval = c.poll_interval};
-  wc.executor = {.connect = s.connect_options(),
+  wc.executor = {.connect = s.connect_options(false),
+                 .pooled = !c.election_database_url.empty(),
                  .threads = c.threads,
                  .node_id = c.node_id,
                  .retry = {.base = c.retry_base, .cap = c.retry_cap}};
   wc.pruner.retention = c.history_retention;
+  wc.rescuer.deposed_after = c.lock_ttl;
   wc.periodic = s.periodic;
   s.running = true;
-  // The elector is created below; the gate reads it through the Impl.
   s.consumer = std::make_unique<worker::Consumer>(wc, s.registry, s.metrics.get(), s.metrics.get(),
-                                                  s.metrics.get(), [&s](std::int64_t epoch) {
-                                                    auto* e = s.live_elector.load();
-                                                    return e != nullptr && e->leading(epoch);
-                                                  });
+                                                  s.metrics.get(), s.lease);
   s.consumer->start();
 
   leader::ElectorConfig ec;
   ec.connect = s.connect_options();
-  ec.connect.statement_timeout_ms = static_cast<int>(c.lock_ttl.count() / 2);
-  // A frozen leader's idle election session is ended by the server soon after it stops renewing.
-  ec.connect.idle_session_timeout_ms =
-      static_cast<int>(2 * std::max(c.renew_interval, c.retry_interval).count() + 200);
   ec.node_id = c.node_id;
   std::array<char, 256> host{};
   gethostname(host.data(), host.size() - 1);
   ec.host = host.data();
   ec.version = BATON_VERSION;
   ec.metrics_addr = s.metrics_address;
+  ec.handles = s.registry.types();
   ec.lock_key = c.lock_key;
   ec.region = c.region;
   ec.ttl = c.lock_ttl;
+  ec.lease = c.local_lease();
   ec.renew_interval = c.renew_interval;
   ec.retry_interval = c.retry_interval;
-  LeadershipCallbacks cb;
-  cb.on_granted = [&s](std::int64_t epoch) {
+  // The elector's events, routed: it knows neither the consumer nor the callbacks.
+  leader::ElectorEvents events;
+  events.granted = [&s](std::int64_t epoch) {
     s.consumer->granted(epoch);
     for (auto& extra : s.callbacks) {
       if (extra.on_granted) extra.on_granted(epoch);
     }
   };
-  cb.on_revoked = [&s](std::int64_t epoch, RevokeReason reason) {
+  events.revoked = [&s](std::int64_t epoch, RevokeReason reason) {
     s.consumer->revoked(epoch);
     for (auto& extra : s.callbacks) {
       if (extra.on_revoked) extra.on_revoked(epoch, reason);
     }
   };
-  // A step-down request drains first, so in-flight outcomes land while the lease is still ours.
-  auto on_yield_request = [&s] {
+  // A step-down drains first, so in-flight outcomes land while the lease is still ours.
+  events.step_down_requested = [&s](std::int64_t) {
     s.consumer->drain(s.config.shutdown_grace);
     if (auto* e = s.live_elector.load()) e->yield();
   };
-  s.elector = std::make_unique<leader::Elector>(ec, cb, s.metrics.get(), on_yield_request);
+  s.elector = std::make_unique<leader::Elector>(ec, events, s.lease, s.metrics.get());
   s.live_elector.store(s.elector.get());
   s.elector->start();
 
@@ -316,13 +340,22 @@ void Node::run() {
   }
 
   // Graceful shutdown: stop claiming, let in-flight jobs finish and their outcomes land while the
-  // lease is still ours, then step down so that a follower takes over at once.
+  // lease is still ours, then step down so that a follower takes over at once. Nothing here waits
+  // on the network past its bound: calls in flight are cut (detail/call_watch.h).
   spdlog::info("shutting down: draining in-flight jobs (grace {}ms)", c.shutdown_grace.count());
   const bool clean = s.consumer->drain(c.shutdown_grace);
   s.elector->stop();
-  s.consumer->shutdown(Millis(1000));
+  const bool idle = s.consumer->shutdown(Millis(500));
   s.live_elector.store(nullptr);
-  s.consumer.reset();
+  if (idle) {
+    s.consumer.reset();
+  } else {
+    // Handlers that ignored cancellation still run on the consumer's threads: abandon them, and
+    // the objects they use with them (joining would wait for them for ever).
+    spdlog::warn("abandoning handlers that are still running; they are rescued by the next leader");
+    static_cast<void>(s.consumer.release());
+    static_cast<void>(s.metrics.release());
+  }
   s.elector.reset();
   spdlog::info("node {} stopped{}", c.node_id, clean ? "" : " (some jobs were abandoned)");
 }

@@ -4,10 +4,13 @@
 #include "baton/client.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
+#include "baton/config.h"
 #include "baton/detail/db.h"
 #include "baton/detail/enqueue_counts.h"
+#include "baton/detail/job_queries.h"
 
 namespace baton {
 namespace {
@@ -78,12 +81,7 @@ auto translating(F fn) {
     return fn();
   } catch (const pqxx::sql_error& e) {
     if (e.sqlstate().rfind("BT", 0) != 0) throw;
-    std::string message = e.what();
-    const auto error = message.find("ERROR:  ");
-    if (error != std::string::npos) message = message.substr(error + 8);
-    while (!message.empty() && message.back() == '\n')
-      message.pop_back();
-    throw EnqueueError(message);
+    throw EnqueueError(detail::server_message(e));
   }
 }
 
@@ -215,13 +213,40 @@ std::vector<std::int64_t> enqueue_in(pqxx::transaction_base& tx, const std::vect
 struct Client::Impl {
   ClientOptions options;
   std::unique_ptr<pqxx::connection> conn;
+  // Set for good once the server lost the prepared statement, or another client's was there:
+  // a transaction pooler lends each statement any server connection.
+  bool unprepared = false;
+
+  // Runs `fn(statement)` with the prepared statement's name, or "" for unprepared; once more
+  // unprepared when the server says the prepared statement is gone (it did not run, so it may).
+  template <class F>
+  auto with_statement(F fn) {
+    if (unprepared) return fn(std::string());
+    try {
+      return fn(std::string(kPreparedEnqueue));
+    } catch (const pqxx::sql_error& e) {
+      if (e.sqlstate() != "26000" && e.sqlstate() != "42P05") throw;
+      unprepared = true;
+      return fn(std::string());
+    }
+  }
 };
 
 Client::Client(const std::string& database_url, ClientOptions options) : impl_(new Impl) {
   detail::validate_schema_name(options.schema);
   impl_->options = std::move(options);
-  impl_->conn = detail::connect(
-      {.url = database_url, .schema = impl_->options.schema, .application_name = "baton-client"});
+  std::string url = database_url;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): getenv with no setenv in the library
+  if (const char* env = std::getenv("DATABASE_URL"); url.empty() && env != nullptr) url = env;
+  if (url.empty()) {
+    throw ConfigError("database-url: a Client needs one; pass it or set DATABASE_URL");
+  }
+  // No session settings: every statement names the schema, so the Client may go through a
+  // transaction pooler without leaving anything behind on its server connections.
+  impl_->conn = detail::connect({.url = url,
+                                 .schema = impl_->options.schema,
+                                 .application_name = "baton-client",
+                                 .session_settings = false});
   impl_->conn->prepare(kPreparedEnqueue, detail::with_schema(kEnqueueSql, impl_->options.schema));
 }
 
@@ -230,12 +255,43 @@ Client::~Client() = default;
 std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
   // One statement, so it commits on its own: no BEGIN and COMMIT round trips. (The idempotency
   // lookup that may follow only reads.)
-  pqxx::nontransaction tx(*impl_->conn);
-  auto ids = run_enqueue(tx, jobs, impl_->options, kPreparedEnqueue);
+  auto ids = impl_->with_statement([&](const std::string& statement) {
+    pqxx::nontransaction tx(*impl_->conn);
+    return run_enqueue(tx, jobs, impl_->options, statement);
+  });
   if (ids.size() == jobs.size()) {
     for (const auto& j : jobs)
       detail::count_enqueued(j.options.queue, j.type, 1);
   }
+  return ids;
+}
+
+std::vector<std::int64_t> Client::enqueue_objects(const nlohmann::json& jobs) {
+  if (!jobs.is_array()) throw EnqueueError("jobs must be a JSON array of objects");
+  if (jobs.empty()) return {};
+  std::string text;
+  try {
+    text = jobs.dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw EnqueueError(std::string("jobs are not valid JSON text (") + e.what() +
+                       "); strings must be UTF-8");
+  }
+  if (has_nul(jobs)) {
+    throw EnqueueError(
+        "a job has a NUL character (\\u0000) in a string, which PostgreSQL's jsonb cannot store");
+  }
+  auto rows = impl_->with_statement([&](const std::string& statement) {
+    pqxx::nontransaction tx(*impl_->conn);
+    return translating([&] {
+      return statement.empty()
+                 ? tx.exec_params(detail::with_schema(kEnqueueSql, impl_->options.schema), text)
+                 : tx.exec_prepared(statement, text);
+    });
+  });
+  std::vector<std::int64_t> ids;
+  ids.reserve(rows.size());
+  for (const auto& r : rows)
+    ids.push_back(r[0].as<std::int64_t>());
   return ids;
 }
 
@@ -315,6 +371,112 @@ void Client::declare_ordered_queue(std::string_view queue, int partitions) {
                                      impl_->options.schema),
                  std::string(queue), partitions);
   tx.commit();
+}
+
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+constexpr const char* kCancelSql = "SELECT @.cancel($1)";
+constexpr const char* kByKeySql = "SELECT @.job_id_by_key($1, $2)";
+constexpr const char* kStatusSql = R"sql(
+SELECT id, queue, type, status, coalesce(attempts, 0), coalesce(max_attempts, 0),
+       extract(epoch FROM run_at)::float8, extract(epoch FROM created_at)::float8,
+       extract(epoch FROM finished_at)::float8, coalesce(last_error, '')
+  FROM @.job_status($1)
+)sql";
+
+std::chrono::system_clock::time_point from_epoch(double seconds) {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::duration<double>(seconds)));
+}
+
+CancelResult cancel_result(const std::string& text) {
+  if (text == "cancelled") return CancelResult::cancelled;
+  if (text == "cancelling") return CancelResult::cancelling;
+  if (text == "finished") return CancelResult::finished;
+  return CancelResult::not_found;
+}
+
+}  // namespace
+
+std::string_view to_string(CancelResult result) {
+  switch (result) {
+    case CancelResult::cancelled:
+      return "cancelled";
+    case CancelResult::cancelling:
+      return "cancelling";
+    case CancelResult::finished:
+      return "finished";
+    case CancelResult::not_found:
+      return "not_found";
+  }
+  return "not_found";
+}
+
+namespace detail {
+
+CancelResult cancel_job(pqxx::transaction_base& tx, const std::string& schema, std::int64_t id) {
+  return cancel_result(tx.exec_params(with_schema(kCancelSql, schema), id)[0][0].c_str());
+}
+
+std::optional<std::int64_t> job_id_by_key(pqxx::transaction_base& tx, const std::string& schema,
+                                          std::string_view queue, std::string_view key) {
+  const auto r =
+      tx.exec_params(with_schema(kByKeySql, schema), std::string(queue), std::string(key));
+  if (r[0][0].is_null()) return std::nullopt;
+  return r[0][0].as<std::int64_t>();
+}
+
+std::optional<JobStatus> job_status(pqxx::transaction_base& tx, const std::string& schema,
+                                    std::int64_t id) {
+  const auto rows = tx.exec_params(with_schema(kStatusSql, schema), id);
+  if (rows.empty()) return std::nullopt;
+  const auto& r = rows[0];
+  JobStatus s;
+  s.id = r[0].as<std::int64_t>();
+  s.queue = r[1].c_str();
+  s.type = r[2].c_str();
+  s.status = r[3].c_str();
+  s.attempts = r[4].as<int>();
+  s.max_attempts = r[5].as<int>();
+  if (!r[6].is_null()) s.run_at = from_epoch(r[6].as<double>());
+  s.created_at = from_epoch(r[7].as<double>());
+  if (!r[8].is_null()) s.finished_at = from_epoch(r[8].as<double>());
+  s.last_error = r[9].c_str();
+  return s;
+}
+
+}  // namespace detail
+
+CancelResult Client::cancel(std::int64_t id) {
+  pqxx::work tx(*impl_->conn);
+  const auto result = detail::cancel_job(tx, impl_->options.schema, id);
+  tx.commit();
+  return result;
+}
+
+CancelResult Client::cancel(std::string_view queue, std::string_view idempotency_key) {
+  pqxx::work tx(*impl_->conn);
+  const auto id = detail::job_id_by_key(tx, impl_->options.schema, queue, idempotency_key);
+  const auto result =
+      id ? detail::cancel_job(tx, impl_->options.schema, *id) : CancelResult::not_found;
+  tx.commit();
+  return result;
+}
+
+std::optional<JobStatus> Client::status(std::int64_t id) {
+  pqxx::read_transaction tx(*impl_->conn);
+  return detail::job_status(tx, impl_->options.schema, id);
+}
+
+std::optional<JobStatus> Client::status(std::string_view queue, std::string_view idempotency_key) {
+  pqxx::read_transaction tx(*impl_->conn);
+  const auto id = detail::job_id_by_key(tx, impl_->options.schema, queue, idempotency_key);
+  if (!id) return std::nullopt;
+  return detail::job_status(tx, impl_->options.schema, *id);
 }
 
 }  // namespace baton

@@ -7,10 +7,12 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 
 #include "baton/client.h"
 #include "baton/detail/db.h"
+#include "baton/detail/text.h"
 
 namespace baton {
 namespace {
@@ -51,12 +53,12 @@ Millis parse_duration(std::string_view text, std::string_view setting) {
     ++unit_at;
   }
   if (unit_at == 0) {
-    fail(setting, "'" + std::string(text) + "' is not a duration" + form);
+    fail(setting, detail::concat("'", text, "' is not a duration", form));
   }
   double number = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + unit_at, number);
   if (ec != std::errc{} || end != text.data() + unit_at || !std::isfinite(number)) {
-    fail(setting, "'" + std::string(text) + "' is not a duration" + form);
+    fail(setting, detail::concat("'", text, "' is not a duration", form));
   }
   const std::string_view unit = text.substr(unit_at);
   double ms = 0;
@@ -69,13 +71,18 @@ Millis parse_duration(std::string_view text, std::string_view setting) {
   } else if (unit == "h") {
     ms = number * 3'600'000;
   } else if (unit.empty()) {
-    fail(setting, "'" + std::string(text) + "' has no unit" + form);
+    fail(setting, detail::concat("'", text, "' has no unit", form));
   } else {
-    fail(setting,
-         "'" + std::string(text) + "' has an unknown unit '" + std::string(unit) + "'" + form);
+    fail(setting, detail::concat("'", text, "' has an unknown unit '", unit, "'", form));
   }
-  if (ms > 1e12) fail(setting, "'" + std::string(text) + "' is too long" + form);
+  if (ms > 1e12) fail(setting, detail::concat("'", text, "' is too long", form));
   return Millis(static_cast<std::int64_t>(std::llround(ms)));
+}
+
+Millis NodeConfig::local_lease() const {
+  // 1 % for the rates of the two clocks (the leader's steady clock, the database's), which
+  // agree far better than that on one host and on NTP-disciplined ones.
+  return Millis(lock_ttl.count() * 99 / 100) - lease_margin;
 }
 
 std::string describe_database_url(const std::string& url) {
@@ -147,14 +154,25 @@ std::string redact_database_url(const std::string& url) {
 
 void NodeConfig::validate() {
   if (database_url.empty()) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): a node is configured before its threads start
+    if (const char* url = std::getenv("DATABASE_URL"); url != nullptr) database_url = url;
+  }
+  if (database_url.empty()) {
     fail("database-url", "is required; pass --database-url or set DATABASE_URL");
   }
   describe_database_url(database_url);
   detail::validate_schema_name(schema);
+  if (!cluster.empty()) {
+    try {
+      validate_name("cluster", cluster);
+    } catch (const EnqueueError& e) {
+      fail("cluster", e.what());
+    }
+  }
   // Sessions are named "<node id>@<schema>", and PostgreSQL keeps 63 bytes of a name.
   const std::size_t room = 63 - 1 - schema.size();
   if (node_id.empty()) {
-    const std::string pid = ":" + std::to_string(getpid());
+    const std::string pid = detail::concat(":", std::to_string(getpid()));
     node_id = host_name().substr(0, room > pid.size() ? room - pid.size() : 0) + pid;
   }
   if (node_id.size() > room) {
@@ -207,18 +225,40 @@ void NodeConfig::validate() {
   require_positive("retry-base", retry_base);
   require_positive("retry-cap", retry_cap);
   if (shutdown_grace.count() < 0) fail("shutdown-grace", "must not be negative");
-  if (renew_interval * 3 > lock_ttl) {
+  if (lock_ttl < Millis(100)) fail("lock-ttl", "must be at least 100ms");
+  // The lease ordering (docs/concepts.md): the leader's own lease must end, with a margin, before
+  // the database can let anyone else lead, and leave room for two failed renewals.
+  if (lease_margin < Millis(10)) {
+    fail("lease-margin", "must be at least 10ms: it absorbs a thread woken late");
+  }
+  const auto own = local_lease();
+  const std::string lease_text = "the leader's own lease (lock-ttl " +
+                                 std::to_string(lock_ttl.count()) + "ms x 0.99 - lease-margin " +
+                                 std::to_string(lease_margin.count()) +
+                                 "ms = " + std::to_string(own.count()) + "ms)";
+  if (own < Millis(30)) {
+    fail("lease-margin", lease_text +
+                             " must be at least 30ms: raise lock-ttl or lower "
+                             "lease-margin");
+  }
+  if (renew_interval * 3 > own) {
     fail("renew-interval",
-         "must be at most lock-ttl / 3 so that two renewals can fail before the "
-         "lease ends (renew-interval " +
-             std::to_string(renew_interval.count()) + "ms, lock-ttl " +
-             std::to_string(lock_ttl.count()) + "ms)");
+         std::to_string(renew_interval.count()) + "ms is more than a third of " + lease_text +
+             ", so two failed renewals would end leadership; use renew-interval <= " +
+             std::to_string(own.count() / 3) + "ms or a longer lock-ttl");
   }
   if (retry_interval > lock_ttl) fail("retry-interval", "must not exceed lock-ttl");
-  if (lock_ttl < Millis(100)) fail("lock-ttl", "must be at least 100ms");
   if (retry_cap < retry_base) fail("retry-cap", "must be at least retry-base");
-  if (lock_key.empty() || lock_key.size() > 255) fail("lock-key", "must be 1..255 characters");
-  if (region.empty() || region.size() > 100) fail("region", "must be 1..100 characters");
+  if (!election_database_url.empty()) describe_database_url(election_database_url);
+  // Jobs name the lock group that claimed them "<region>/<lock_key>": the naming rule (no '/')
+  // keeps that unambiguous.
+  for (const auto& [setting, value] : {std::pair{"lock-key", &lock_key}, {"region", &region}}) {
+    try {
+      validate_name(setting, *value);
+    } catch (const EnqueueError& e) {
+      fail(setting, e.what());
+    }
+  }
 }
 
 }  // namespace baton

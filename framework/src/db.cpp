@@ -3,10 +3,17 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <exception>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "baton/config.h"
+#include "baton/detail/call_watch.h"
+#include "baton/detail/text.h"
 
 namespace baton::detail {
 namespace {
@@ -37,7 +44,7 @@ std::string build_conninfo(const ConnectOptions& o) {
   };
   static const char* ours[] = {"application_name", "keepalives", "keepalives_idle",
                                "keepalives_interval", "keepalives_count"};
-  bool has_connect_timeout = false;
+  bool has_connect_timeout = false, has_user_timeout = false;
   for (auto* p = opts; p->keyword != nullptr; ++p) {
     if (p->val == nullptr) continue;
     const std::string_view key = p->keyword;
@@ -45,15 +52,20 @@ std::string build_conninfo(const ConnectOptions& o) {
     for (const char* k : ours)
       overridden = overridden || key == k;
     has_connect_timeout = has_connect_timeout || key == "connect_timeout";
+    has_user_timeout = has_user_timeout || key == "tcp_user_timeout";
     if (!overridden) add(key, p->val);
   }
   PQconninfoFree(opts);
   if (!o.application_name.empty()) add("application_name", o.application_name);
+  // Client-side bounds: a dead peer is found by keepalives when idle, and sent data that is
+  // never acknowledged fails the connection after tcp_user_timeout. Each call also has a
+  // deadline of its own (detail/call_watch.h): a peer that acknowledges but never answers.
   add("keepalives", "1");
   add("keepalives_idle", "2");
   add("keepalives_interval", "1");
   add("keepalives_count", "3");
-  if (!has_connect_timeout) add("connect_timeout", "5");
+  if (!has_user_timeout) add("tcp_user_timeout", "10000");
+  if (!has_connect_timeout) add("connect_timeout", "2");  // libpq's least
   return out;
 }
 
@@ -72,21 +84,123 @@ void validate_schema_name(std::string_view name) {
 std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
   validate_schema_name(o.schema);
   auto conn = std::make_unique<pqxx::connection>(build_conninfo(o));
+  if (!o.session_settings) return conn;
   pqxx::nontransaction tx(*conn);
+  // One round trip for every setting.
   std::string set = "SET search_path TO " + tx.quote_name(o.schema);
+  auto add = [&set](const char* name, long long value) {
+    if (value > 0) set += std::string("; SET ") + name + " = " + std::to_string(value);
+  };
+  add("statement_timeout", o.statement_timeout_ms);
+  add("idle_session_timeout", o.idle_session_timeout_ms);
+  add("idle_in_transaction_session_timeout", o.idle_in_transaction_timeout_ms);
+  add("lock_timeout", o.lock_timeout_ms);
+  if (o.synchronous_commit_off) set += "; SET synchronous_commit = off";
+  if (o.server_keepalive_ms > 0) {
+    // The server finds a dead peer no sooner than idle + interval x count seconds; tcp 0 keeps
+    // the system's (long) retransmission limit.
+    const long long idle = std::max<long long>(1, (o.server_keepalive_ms + 999) / 1000);
+    add("tcp_keepalives_idle", idle);
+    add("tcp_keepalives_interval", 1);
+    add("tcp_keepalives_count", 1);
+    set += "; SET tcp_user_timeout = 0";
+  }
   tx.exec(set);
-  if (o.statement_timeout_ms > 0) {
-    tx.exec("SET statement_timeout = " + std::to_string(o.statement_timeout_ms));
-  }
-  if (o.idle_session_timeout_ms > 0) {
-    tx.exec("SET idle_session_timeout = " + std::to_string(o.idle_session_timeout_ms));
-  }
   return conn;
+}
+
+std::unique_ptr<pqxx::connection> connect(const ConnectOptions& options,
+                                          std::uintptr_t abort_owner) {
+  // libpq opens the socket inside the blocking call, so there is nothing for CallWatch to cut
+  // until it returns: open it on a thread of its own and wait here, watching for the abort.
+  struct Attempt {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    std::unique_ptr<pqxx::connection> conn;
+    std::exception_ptr error;
+  };
+  auto& watch = CallWatch::instance();
+  if (watch.aborting(abort_owner)) {
+    throw pqxx::broken_connection("not connecting: the component is stopping");
+  }
+  auto attempt = std::make_shared<Attempt>();
+  std::thread([attempt, options] {
+    std::unique_ptr<pqxx::connection> conn;
+    std::exception_ptr error;
+    try {
+      conn = connect(options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(attempt->mutex);
+    attempt->conn = std::move(conn);
+    attempt->error = error;
+    attempt->done = true;
+    attempt->cv.notify_all();
+  }).detach();
+  std::unique_lock lock(attempt->mutex);
+  while (
+      !attempt->cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return attempt->done; })) {
+    if (watch.aborting(abort_owner)) {
+      throw pqxx::broken_connection("connecting abandoned: the component is stopping");
+    }
+  }
+  if (attempt->error) std::rethrow_exception(attempt->error);
+  return std::move(attempt->conn);
+}
+
+std::string transaction_pooling(const ConnectOptions& options, std::uintptr_t abort_owner) {
+  // A session holds a server connection for good; a transaction pooler lends one per
+  // transaction. So: note a's server pid, let b hold a transaction open (which takes the server
+  // connection a just gave back, if a pooler lends them), and ask a again. A session answers at
+  // once on its own server connection; through a pooler a may get another one, or wait for b's
+  // transaction to end when the pool has no other (so a's question has a deadline).
+  auto probe = options;
+  probe.session_settings = false;  // nothing may leak into a pool's server connections
+  const auto owner = abort_owner != 0 ? abort_owner : owner_of(&probe);
+  auto open = [&] { return abort_owner != 0 ? connect(probe, abort_owner) : connect(probe); };
+  auto a = open();
+  auto b = open();
+  // Every question has a deadline: a network that stops answering fails the probe, not the node.
+  constexpr std::chrono::seconds kDeadline{2};
+  auto pid_of = [&](pqxx::connection& conn) {
+    auto armed = CallWatch::instance().arm(conn, kDeadline, owner);
+    pqxx::nontransaction tx(conn);
+    return tx.exec("SELECT pg_backend_pid()")[0][0].as<int>();
+  };
+  const std::string advice =
+      ". Session advisory locks, LISTEN and session settings do not survive it, so leadership "
+      "would churn. Connect nodes directly or through a session-mode pool, or give "
+      "--election-database-url a direct URL (producers and handlers may keep the pooler)";
+  for (int round = 0; round < 3; ++round) {
+    const int before = pid_of(*a);
+    auto armed_b = CallWatch::instance().arm(*b, kDeadline, owner);
+    pqxx::work holding(*b);
+    holding.exec("SELECT pg_backend_pid()");
+    int after = 0;
+    try {
+      after = pid_of(*a);
+    } catch (const std::exception& e) {
+      if (!is_connection_error(e) || CallWatch::instance().aborting(owner)) throw;
+      return "database-url: this connection goes through a transaction pooler (PgBouncer "
+             "pool_mode=transaction?): a query waited for another connection's transaction "
+             "to end" +
+             advice;
+    }
+    holding.commit();
+    if (before != after) {
+      return "database-url: this connection goes through a transaction pooler (PgBouncer "
+             "pool_mode=transaction?): one connection ran on server sessions " +
+             std::to_string(before) + " and " + std::to_string(after) + advice;
+    }
+  }
+  return "";
 }
 
 std::string with_schema(std::string_view sql, std::string_view schema) {
   validate_schema_name(schema);  // [a-z_][a-z0-9_]*: the quotes are belt and braces
-  const std::string quoted = "\"" + std::string(schema) + "\"";
+  const std::string quoted = concat("\"", schema, "\"");
   std::string out;
   out.reserve(sql.size() + 4 * quoted.size());
   for (char c : sql) {
@@ -134,6 +248,43 @@ std::string scrub(std::string message) {
     message.replace(value, end - value, "********");
   }
   return message;
+}
+
+std::string server_message(const pqxx::sql_error& e) {
+  // libpq's text is "ERROR:  message\nDETAIL:  ...\nHINT:  ...\nCONTEXT:  ...". The message may
+  // hold newlines of its own (a name quoted in it), so sections are found by their markers.
+  const std::string text = e.what();
+  auto section = [&](const std::string& marker) -> std::string {
+    const auto at = text.find(marker);
+    if (at == std::string::npos) return "";
+    const auto from = at + marker.size();
+    auto to = text.size();
+    for (const char* next : {"\nDETAIL:  ", "\nHINT:  ", "\nCONTEXT:  ", "\nQUERY:  ", "\nLINE "}) {
+      const auto n = text.find(next, from);
+      if (n != std::string::npos) to = std::min(to, n);
+    }
+    std::string out = text.substr(from, to - from);
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
+      out.pop_back();
+    return out;
+  };
+  std::string out = section("ERROR:  ");
+  if (out.empty()) out = section("FATAL:  ");
+  if (out.empty()) out = section("");
+  for (const char* marker : {"\nDETAIL:  ", "\nHINT:  "}) {
+    if (const auto more = section(marker); !more.empty()) out += " (" + more + ")";
+  }
+  return scrub(out);
+}
+
+bool is_authentication_error(const std::exception& e) {
+  const std::string_view text = e.what();
+  for (const char* sign :
+       {"password authentication failed", "authentication failed for user", "no pg_hba.conf entry",
+        "is not permitted to log in", "password is required", "SCRAM authentication"}) {
+    if (text.find(sign) != std::string_view::npos) return true;
+  }
+  return false;
 }
 
 bool is_connection_error(const std::exception& e) {

@@ -10,15 +10,20 @@
 namespace baton::detail {
 namespace {
 
+// The claim. %s is empty, or FOR UPDATE SKIP LOCKED when rows held by another transaction must
+// be skipped rather than waited for.
 constexpr const char* kClaimSql = R"sql(
 UPDATE jobs j
-   SET state = 'running', attempts = j.attempts + 1, claimed_at = now(),
+   SET state = 'running', attempts = j.attempts + 1, claims = j.claims + 1, claimed_at = now(),
        first_started_at = coalesce(j.first_started_at, now()),
-       claimed_by = $1, claimed_epoch = $2
+       claimed_by = $1, claimed_epoch = $2, claim_group = $8
   FROM (SELECT ctid AS row_at, id FROM jobs
          WHERE state = 'available' AND run_at <= now()
            AND (cardinality($5::text[]) = 0 OR queue = ANY ($5::text[]))
            AND NOT (queue = ANY ($7::text[]))
+           -- Only types this node handles: during a rolling deploy that adds a type, an old
+           -- leader leaves the new jobs waiting for a leader that knows them.
+           AND type = ANY ($9::text[])
            -- Looked up per job only while some queue is paused.
            AND (NOT EXISTS (SELECT 1 FROM queue_state WHERE paused)
                 OR NOT EXISTS (SELECT 1 FROM queue_state s WHERE s.queue = jobs.queue AND s.paused))
@@ -30,27 +35,91 @@ UPDATE jobs j
            AND EXISTS (SELECT 1 FROM locks
                         WHERE lock_key = $3 AND region = $4 AND client_id = $1 AND epoch = $2)
          ORDER BY priority, run_at, id
-         LIMIT $6) c
- -- No FOR UPDATE in the subquery: only the leader claims, so there is nothing to skip, and a row
- -- lock per job cost a WAL record each. Should a deposed leader claim at the same moment, the
- -- second update of a row waits for the first, then re-checks this WHERE on the row's new
- -- version: it is no longer available (nor at that address), so it is not claimed twice. The
- -- address spares the update a primary-key descent per job; the id guards against its reuse.
+         LIMIT $6 %s) c
+ -- Without SKIP LOCKED the subquery takes no row locks: only the leader claims, so normally there
+ -- is nothing to skip, and a row lock per job cost a WAL record each. Should a deposed leader
+ -- claim at the same moment, the second update of a row waits for the first, then re-checks
+ -- this WHERE on the row's new version: it is no longer available (nor at that address), so it
+ -- is not claimed twice. The address spares the update a primary-key descent per job; the id
+ -- guards against its reuse.
  WHERE j.ctid = c.row_at AND j.id = c.id AND j.state = 'available'
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
-          extract(epoch FROM j.created_at)::float8, j.ctid::text
+          extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key
 )sql";
 
+std::string claim_sql(bool skip_locked) {
+  std::string sql = kClaimSql;
+  const auto at = sql.find("%s");
+  sql.replace(at, 2, skip_locked ? "FOR UPDATE SKIP LOCKED" : "");
+  return sql;
+}
+
+// Running jobs that no live run will finish (see rescue_lost in job_store.h), then their fate:
+// back to the queue, dead (the lost run was the last attempt), or cancelled (it was asked).
+// $1 group, $2 epoch, $3 ids this node still runs, $4 leaderless grace in ms.
 constexpr const char* kRescueSql = R"sql(
-UPDATE jobs SET state = 'available', claimed_by = NULL, claimed_at = NULL
- WHERE id IN (SELECT id FROM jobs WHERE state = 'running' AND claimed_epoch < $1
-                 FOR UPDATE SKIP LOCKED)
+WITH stale AS (
+  SELECT id FROM jobs
+   WHERE state = 'running'
+     AND id IN (SELECT id FROM jobs
+                 WHERE state = 'running' AND claim_group = $1 AND claimed_epoch < $2
+                   AND NOT (id = ANY ($3::bigint[]))
+                UNION ALL
+                SELECT j.id FROM jobs j
+                 WHERE j.state = 'running' AND j.claim_group IS DISTINCT FROM $1
+                   AND NOT EXISTS (
+                     SELECT 1 FROM locks l
+                      WHERE l.region || '/' || l.lock_key = j.claim_group
+                        AND l.expires_at > clock_timestamp() - $4::bigint * interval '1 millisecond'))
+   FOR UPDATE SKIP LOCKED),
+lost AS (
+  SELECT j.id, j.attempts, j.claimed_by, j.claimed_epoch,
+         CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+              WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'requeue' END AS fate,
+         'attempt ' || j.attempts || ' of ' || j.max_attempts || ' ended with its node (' ||
+           coalesce(j.claimed_by, '?') || ', epoch ' || j.claimed_epoch ||
+           ') before it recorded an outcome: the node crashed, was killed or lost its database'
+           AS error
+    FROM jobs j JOIN stale s USING (id)),
+gone AS (
+  DELETE FROM jobs j USING lost l WHERE j.id = l.id AND l.fate <> 'requeue'
+  RETURNING j.*, l.error, l.fate),
+dead AS (
+  INSERT INTO dead_jobs (id, queue, partition_key, type, payload, priority, attempts,
+                         max_attempts, created_at, first_started_at, died_at, node, epoch, reason,
+                         last_error, errors, claims, idempotency_key)
+  SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts, created_at,
+         first_started_at, now(), claimed_by, claimed_epoch, 'crashed', error,
+         errors || jsonb_build_array(jsonb_build_object(
+           'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
+           'error', error)),
+         claims, idempotency_key
+    FROM gone WHERE fate = 'dead'
+  RETURNING id),
+cancelled AS (
+  INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts,
+                           created_at, run_at, first_started_at, started_at, finished_at,
+                           run_seconds, node, epoch, outcome, idempotency_key, last_error)
+  SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
+         first_started_at, claimed_at, now(), NULL, claimed_by, claimed_epoch, 'cancelled',
+         idempotency_key, error
+    FROM gone WHERE fate = 'cancelled'
+  RETURNING id),
+back AS (
+  UPDATE jobs j
+     SET state = 'available', claimed_by = NULL, claimed_at = NULL,
+         errors = j.errors || jsonb_build_array(jsonb_build_object(
+           'attempt', l.attempts, 'at', now(), 'node', l.claimed_by, 'epoch', l.claimed_epoch,
+           'error', l.error))
+    FROM lost l WHERE j.id = l.id AND l.fate = 'requeue'
+  RETURNING j.id)
+SELECT (SELECT count(*) FROM back), (SELECT count(*) FROM dead), (SELECT count(*) FROM cancelled)
 )sql";
 
-// Running jobs whose handler produced no outcome within its timeout plus a grace (a hung
-// handler): another attempt if they have one left, else dead.
+// This group's running jobs whose handler produced no outcome within its timeout plus a grace (a
+// hung handler): another attempt if they have one left, else dead. $1 grace ms, $2 group.
 constexpr const char* kTimedOutRetrySql = R"sql(
 UPDATE jobs
    SET state = 'available', run_at = now(), claimed_by = NULL, claimed_at = NULL,
@@ -59,7 +128,8 @@ UPDATE jobs
                   'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
                   'error', 'timeout: no outcome within ' || timeout_ms || 'ms'))
  WHERE id IN (SELECT id FROM jobs
-               WHERE state = 'running' AND timeout_ms IS NOT NULL AND attempts < max_attempts
+               WHERE state = 'running' AND claim_group = $2 AND timeout_ms IS NOT NULL
+                 AND attempts < max_attempts
                  AND claimed_at < now() - (timeout_ms + $1) * interval '1 millisecond'
                  FOR UPDATE SKIP LOCKED)
 )sql";
@@ -68,17 +138,24 @@ constexpr const char* kTimedOutDeadSql = R"sql(
 WITH d AS (
   DELETE FROM jobs
    WHERE id IN (SELECT id FROM jobs
-                 WHERE state = 'running' AND timeout_ms IS NOT NULL AND attempts >= max_attempts
+                 WHERE state = 'running' AND claim_group = $2 AND timeout_ms IS NOT NULL
+                   AND attempts >= max_attempts
                    AND claimed_at < now() - (timeout_ms + $1) * interval '1 millisecond'
                    FOR UPDATE SKIP LOCKED)
   RETURNING *)
 INSERT INTO dead_jobs (id, queue, partition_key, type, payload, priority, attempts, max_attempts,
                        created_at, first_started_at, died_at, node, epoch, reason, last_error,
-                       errors)
+                       errors, claims, idempotency_key)
 SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts, created_at,
        first_started_at, now(), claimed_by, claimed_epoch, 'timeout',
-       'timeout: no outcome within ' || timeout_ms || 'ms', errors
+       'timeout: no outcome within ' || timeout_ms || 'ms', errors, claims, idempotency_key
   FROM d
+)sql";
+
+constexpr const char* kCancelRequestedSql = R"sql(
+SELECT id FROM jobs
+ WHERE state = 'running' AND claim_group = $1 AND claimed_epoch = $2
+   AND cancel_requested_at IS NOT NULL
 )sql";
 
 // Deletes one batch of history rows (and of sagas completed) older than the retention; small
@@ -99,33 +176,72 @@ DELETE FROM sagas
 // is 'running') rather than `state = 'running'` so that the planner cannot use the partial index
 // jobs_running_idx: its statistics are often from a moment when few jobs ran (right after a large
 // enqueue), and a plan that scans every running job once per outcome is quadratic in the batch.
+// Every outcome matches the claim that produced it: epoch and token (the job's claim count).
 constexpr const char* kCompleteSql = R"sql(
 WITH done AS (
   DELETE FROM jobs j
-   USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::int[], $5::tid[])
-         AS c(id, epoch, run_seconds, attempt, row_at)
+   USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::bigint[], $5::tid[])
+         AS c(id, epoch, run_seconds, token, row_at)
    WHERE j.id = c.id AND j.state <> 'available' AND j.claimed_epoch = c.epoch
-     AND j.attempts = c.attempt
+     AND j.claims = c.token
   RETURNING j.*, c.run_seconds)
 INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts, created_at,
                          run_at, first_started_at, started_at, finished_at, run_seconds, node,
-                         epoch, outcome)
+                         epoch, outcome, idempotency_key, last_error)
 SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
-       first_started_at, claimed_at, now(), run_seconds, claimed_by, claimed_epoch, 'completed'
+       first_started_at, claimed_at, now(), run_seconds, claimed_by, claimed_epoch, 'completed',
+       idempotency_key, last_error
   FROM done
 RETURNING id
 )sql";
 
-// A job claimed but never started goes back as it was before the claim.
+// A job claimed but never started goes back as it was before the claim; one whose cancellation
+// was asked meanwhile goes to history as cancelled instead.
 constexpr const char* kReleaseSql = R"sql(
-UPDATE jobs j
-   SET state = 'available', attempts = j.attempts - 1, claimed_by = NULL, claimed_at = NULL,
-       first_started_at = CASE WHEN j.attempts = 1 THEN NULL ELSE j.first_started_at END
-  FROM unnest($1::bigint[], $2::bigint[], $3::int[]) AS r(id, epoch, attempt)
- WHERE j.id = r.id AND j.state <> 'available' AND j.claimed_epoch = r.epoch
-   AND j.attempts = r.attempt
+WITH r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, epoch, token)),
+back AS (
+  UPDATE jobs j
+     SET state = 'available', attempts = j.attempts - 1, claimed_by = NULL, claimed_at = NULL,
+         first_started_at = CASE WHEN j.attempts = 1 THEN NULL ELSE j.first_started_at END
+    FROM r
+   WHERE j.id = r.id AND j.state <> 'available' AND j.claimed_epoch = r.epoch
+     AND j.claims = r.token AND j.cancel_requested_at IS NULL
+  RETURNING j.id),
+gone AS (
+  DELETE FROM jobs j USING r
+   WHERE j.id = r.id AND j.state <> 'available' AND j.claimed_epoch = r.epoch
+     AND j.claims = r.token AND j.cancel_requested_at IS NOT NULL
+  RETURNING j.*),
+cancelled AS (
+  INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts,
+                           created_at, run_at, first_started_at, started_at, finished_at,
+                           run_seconds, node, epoch, outcome, idempotency_key, last_error)
+  SELECT id, queue, partition_key, type, payload, priority, attempts - 1, created_at, run_at,
+         first_started_at, NULL, now(), NULL, claimed_by, claimed_epoch, 'cancelled',
+         idempotency_key, last_error
+    FROM gone
+  RETURNING id)
+SELECT (SELECT count(*) FROM back) + (SELECT count(*) FROM cancelled)
 )sql";
 
+// A failed run of a job whose cancellation was asked: it ends here, in history as cancelled.
+// $1 id, $2 epoch, $3 token, $4 error.
+constexpr const char* kCancelledSql = R"sql(
+WITH c AS (
+  DELETE FROM jobs
+   WHERE id = $1 AND state <> 'available' AND claimed_epoch = $2 AND claims = $3
+     AND cancel_requested_at IS NOT NULL
+  RETURNING *)
+INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts, created_at,
+                         run_at, first_started_at, started_at, finished_at, run_seconds, node,
+                         epoch, outcome, idempotency_key, last_error)
+SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
+       first_started_at, claimed_at, now(), extract(epoch FROM now() - claimed_at)::float8,
+       claimed_by, claimed_epoch, 'cancelled', idempotency_key, $4
+  FROM c
+)sql";
+
+// $1 id, $2 epoch, $3 delay ms, $4 error, $5 token.
 constexpr const char* kRetrySql = R"sql(
 UPDATE jobs
    SET state = 'available', run_at = now() + $3::bigint * interval '1 millisecond',
@@ -134,22 +250,24 @@ UPDATE jobs
                   'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
                   'error', $4::text)),
        claimed_by = NULL, claimed_at = NULL
- WHERE id = $1 AND state <> 'available' AND claimed_epoch = $2 AND attempts = $5
+ WHERE id = $1 AND state <> 'available' AND claimed_epoch = $2 AND claims = $5
 )sql";
 
+// $1 id, $2 epoch, $3 reason, $4 error, $5 token.
 constexpr const char* kDeadSql = R"sql(
 WITH d AS (
   DELETE FROM jobs
-   WHERE id = $1 AND state <> 'available' AND claimed_epoch = $2 AND attempts = $5
+   WHERE id = $1 AND state <> 'available' AND claimed_epoch = $2 AND claims = $5
   RETURNING *)
 INSERT INTO dead_jobs (id, queue, partition_key, type, payload, priority, attempts, max_attempts,
                        created_at, first_started_at, died_at, node, epoch, reason, last_error,
-                       errors)
+                       errors, claims, idempotency_key)
 SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts, created_at,
        first_started_at, now(), claimed_by, claimed_epoch, $3, $4,
        errors || jsonb_build_array(jsonb_build_object(
          'attempt', attempts, 'at', now(), 'node', claimed_by, 'epoch', claimed_epoch,
-         'error', $4::text))
+         'error', $4::text)),
+       claims, idempotency_key
   FROM d
 )sql";
 
@@ -188,15 +306,16 @@ std::string text_array(const std::vector<std::string>& values) {
 
 }  // namespace
 
-std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
-                                   const std::string& node_id, std::int64_t epoch, int limit,
-                                   const std::vector<std::string>& queues,
-                                   const std::vector<std::string>& except) {
+std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
+                                   const ClaimFilter& filter, const std::string& schema) {
   // Prepared: the claim is planned once per connection, not once per batch.
-  conn.prepare("baton_claim", kClaimSql);
+  const char* name = filter.skip_locked ? "baton_claim_skip" : "baton_claim";
+  conn.prepare(name, claim_sql(filter.skip_locked));
   pqxx::work tx(conn);
-  auto rows = tx.exec_prepared("baton_claim", node_id, epoch, lock.lock_key, lock.region,
-                               text_array(queues), limit, text_array(except));
+  auto rows =
+      tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
+                       claimer.lock.region, text_array(filter.queues), limit,
+                       text_array(filter.except), claimer.lock.group(), text_array(filter.types));
   tx.commit();
   const auto claimed = std::chrono::steady_clock::now();
   std::vector<ClaimedJob> out;
@@ -209,7 +328,7 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
     c.job.payload = r[3].c_str();
     c.job.attempt = r[4].as<int>();
     c.job.max_attempts = r[5].as<int>();
-    c.job.epoch = epoch;
+    c.job.epoch = claimer.epoch;
     c.timeout_ms = r[6].as<int>();
     c.wait_seconds = r[7].as<double>();
     c.since_enqueue_seconds = r[8].as<double>();
@@ -218,22 +337,42 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
             std::chrono::duration<double>(r[9].as<double>())));
     c.claimed = claimed;
     c.row_at = r[10].c_str();
+    c.token = r[11].as<std::int64_t>();
+    // The same for every attempt on every node and epoch: the producer's key, or the job's id
+    // in this deployment.
+    c.job.idempotency_key = r[12].is_null() ? "baton:" + schema + ":" + std::to_string(c.job.id)
+                                            : std::string(r[12].c_str());
     out.push_back(std::move(c));
   }
   return out;
 }
 
-std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch) {
+Rescued rescue_lost(pqxx::connection& conn, const Claimer& claimer,
+                    const std::vector<std::int64_t>& still_running,
+                    std::chrono::milliseconds leaderless_grace) {
   pqxx::work tx(conn);
-  auto r = tx.exec_params(kRescueSql, epoch);
+  const auto r =
+      tx.exec_params(kRescueSql, claimer.lock.group(), claimer.epoch, int_array(still_running),
+                     static_cast<std::int64_t>(leaderless_grace.count()))[0];
   tx.commit();
-  return r.affected_rows();
+  return {static_cast<std::size_t>(r[0].as<std::int64_t>()),
+          static_cast<std::size_t>(r[1].as<std::int64_t>()),
+          static_cast<std::size_t>(r[2].as<std::int64_t>())};
 }
 
-std::size_t rescue_timed_out(pqxx::connection& conn, std::int64_t grace_ms) {
+std::vector<std::int64_t> cancel_requested(pqxx::connection& conn, const Claimer& claimer) {
+  pqxx::read_transaction tx(conn);
+  std::vector<std::int64_t> ids;
+  for (const auto& r : tx.exec_params(kCancelRequestedSql, claimer.lock.group(), claimer.epoch))
+    ids.push_back(r[0].as<std::int64_t>());
+  return ids;
+}
+
+std::size_t rescue_timed_out(pqxx::connection& conn, const Claimer& claimer,
+                             std::int64_t grace_ms) {
   pqxx::work tx(conn);
-  std::size_t n = tx.exec_params(kTimedOutRetrySql, grace_ms).affected_rows();
-  n += tx.exec_params(kTimedOutDeadSql, grace_ms).affected_rows();
+  std::size_t n = tx.exec_params(kTimedOutRetrySql, grace_ms, claimer.lock.group()).affected_rows();
+  n += tx.exec_params(kTimedOutDeadSql, grace_ms, claimer.lock.group()).affected_rows();
   tx.commit();
   return n;
 }
@@ -249,7 +388,7 @@ std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int
 bool complete_in(pqxx::work& tx, const Completion& done) {
   auto run = [&](const std::string& sql) {
     return tx.exec_params(sql, int_array({done.id}), int_array({done.epoch}),
-                          double_array({done.run_seconds}), int_array({done.attempt}),
+                          double_array({done.run_seconds}), int_array({done.token}),
                           tid_array({done.row_at}))
                .affected_rows() == 1;
   };
@@ -265,20 +404,20 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
   std::size_t applied = 0;
   // Completes `batch` with one statement; returns the ids it completed.
   auto complete = [&](const char* statement, const std::vector<const Completion*>& batch) {
-    std::vector<std::int64_t> ids, epochs, attempts;
+    std::vector<std::int64_t> ids, epochs, tokens;
     std::vector<double> run;
     std::vector<std::string> rows_at;
     for (const auto* d : batch) {
       ids.push_back(d->id);
       epochs.push_back(d->epoch);
-      attempts.push_back(d->attempt);
+      tokens.push_back(d->token);
       run.push_back(d->run_seconds);
       rows_at.push_back(d->row_at);
     }
     std::unordered_set<std::int64_t> completed;
     for (const auto& r :
          tx.exec_prepared(statement, int_array(ids), int_array(epochs), double_array(run),
-                          int_array(attempts), tid_array(rows_at))) {
+                          int_array(tokens), tid_array(rows_at))) {
       completed.insert(r[0].as<std::int64_t>());
     }
     return completed;
@@ -304,24 +443,26 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
   }
   for (const auto& f : failed) {
     const std::string error = clean_text(f.error, 4000);
-    const auto n =
-        f.dead ? tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error, f.attempt).affected_rows()
-               : tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error, f.attempt)
-                     .affected_rows();
+    auto n = tx.exec_params(kCancelledSql, f.id, f.epoch, f.token, error).affected_rows();
+    if (n == 0) {
+      n = f.dead ? tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error, f.token).affected_rows()
+                 : tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error, f.token)
+                       .affected_rows();
+    }
     applied += n;
     if (n == 0 && fenced != nullptr) fenced->push_back(f.id);
   }
   if (!released.empty()) {
-    std::vector<std::int64_t> ids, epochs, attempts;
+    std::vector<std::int64_t> ids, epochs, tokens;
     for (const auto& r : released) {
       ids.push_back(r.id);
       epochs.push_back(r.epoch);
-      attempts.push_back(r.attempt);
+      tokens.push_back(r.token);
     }
     const auto n =
-        tx.exec_params(kReleaseSql, int_array(ids), int_array(epochs), int_array(attempts))
-            .affected_rows();
-    if (released_applied != nullptr) *released_applied = n;
+        tx.exec_params(kReleaseSql, int_array(ids), int_array(epochs), int_array(tokens))[0][0]
+            .as<std::int64_t>();
+    if (released_applied != nullptr) *released_applied = static_cast<std::size_t>(n);
   }
   tx.commit();
   return applied;

@@ -76,12 +76,16 @@ class JsonSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 }  // namespace
 
-void configure_logging(const std::string& node_id, LogFormat format, std::string_view level) {
-  const auto lvl = spdlog::level::from_str(std::string(level));
-  if (lvl == spdlog::level::off && level != "off") {
+void check_log_level(std::string_view level) {
+  if (spdlog::level::from_str(std::string(level)) == spdlog::level::off && level != "off") {
     throw ConfigError("log-level: '" + std::string(level) +
                       "' is not a level; use trace, debug, info, warn or error");
   }
+}
+
+void configure_logging(const std::string& node_id, LogFormat format, std::string_view level) {
+  check_log_level(level);
+  const auto lvl = spdlog::level::from_str(std::string(level));
   std::shared_ptr<spdlog::logger> logger;
   if (format == LogFormat::json) {
     logger = std::make_shared<spdlog::logger>("baton", std::make_shared<JsonSink>(node_id));

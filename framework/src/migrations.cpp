@@ -46,6 +46,8 @@ int migrate(pqxx::connection& conn, const std::string& schema) {
                              ", newer than this binary knows (" + std::to_string(latest) +
                              "); upgrade baton on this node before starting it");
   }
+  // Current already: nothing to create, so a role that owns nothing (a node's) gets no error.
+  if (current == latest) return 0;
   const std::string q = tx.quote_name(schema);
   tx.exec("CREATE SCHEMA IF NOT EXISTS " + q);
   tx.exec("SET LOCAL search_path TO " + q);
@@ -61,6 +63,9 @@ int migrate(pqxx::connection& conn, const std::string& schema) {
                    std::string(m.name));
     ++applied;
   }
+  // Nobody calls baton's functions without a grant (PUBLIC has EXECUTE on every new function
+  // by default, and a migration may have added some).
+  tx.exec("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA " + q + " FROM PUBLIC");
   tx.commit();
   return applied;
 }
@@ -94,6 +99,7 @@ SELECT string_agg(privilege || ' on ' || $1 || '.' || tab, ', ' ORDER BY tab, pr
                ('locks', 'SELECT'), ('locks', 'INSERT'), ('locks', 'UPDATE'),
                ('nodes', 'SELECT'), ('nodes', 'INSERT'), ('nodes', 'UPDATE'),
                ('queue_state', 'SELECT'), ('settings', 'SELECT'),
+               ('control_requests', 'SELECT'), ('control_requests', 'UPDATE'),
                ('periodic_schedules', 'SELECT'), ('periodic_schedules', 'INSERT'),
                ('periodic_schedules', 'UPDATE'),
                ('sagas', 'SELECT'), ('sagas', 'INSERT'), ('sagas', 'UPDATE'), ('sagas', 'DELETE'),

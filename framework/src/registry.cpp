@@ -1,6 +1,7 @@
 // Handler registry: one handler per type, fixed before the node runs.
 #include "baton/detail/registry.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace baton::detail {
@@ -26,6 +27,15 @@ void HandlerRegistry::insert(const std::string& type, HandlerEntry entry) {
     throw std::logic_error("a handler for job type '" + type +
                            "' is registered already; each type has exactly one handler");
   }
+}
+
+std::vector<std::string> HandlerRegistry::types() const {
+  std::vector<std::string> out;
+  out.reserve(handlers_.size());
+  for (const auto& [type, entry] : handlers_)
+    out.push_back(type);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 const HandlerEntry* HandlerRegistry::find(const std::string& type) const {

@@ -44,7 +44,7 @@ class Chaos {
   void start(const std::string& id) {
     const auto log = dir_ + "/" + id + "." + std::to_string(generation_++) + ".log";
     auto p = std::make_unique<Process>(
-        std::vector<std::string>{binary("batond"), "--database-url", database_url(), "--schema",
+        std::vector<std::string>{binary("demo_node"), "--database-url", database_url(), "--schema",
                                  schema_, "--node-id", id, "--metrics-listen", "127.0.0.1:0",
                                  "--threads", "4", "--retry-base", "50ms", "--retry-cap", "200ms",
                                  "--no-migrate"},

@@ -58,8 +58,18 @@ TEST(Batonctl, MigrateStatsLeaderNodesAndEnqueueAnswerAndRefuseBadInput) {
   out = ctl("--json stats");
   EXPECT_NE(out.find("\"queue\": \"q1\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"completed\": 3"), std::string::npos) << out;
-  ctl("stats --bogus");
-  EXPECT_EQ(ctl.rc, 109) << "CLI11 reports unknown flags with its own code";
+  out = ctl("stats --bogus");
+  EXPECT_EQ(ctl.rc, 2) << "bad usage exits 2: " << out;
+  EXPECT_NE(out.find("--bogus"), std::string::npos) << out;
+  out = ctl("bogus");
+  EXPECT_EQ(ctl.rc, 2) << out;
+  EXPECT_NE(out.find("unknown command 'bogus'"), std::string::npos) << out;
+  out = ctl("enqueue --type noop --count abc");
+  EXPECT_EQ(ctl.rc, 2) << out;
+  out = ctl("dead list --limit -1");
+  EXPECT_EQ(ctl.rc, 2) << out;
+  EXPECT_NE(out.find("--limit -1 is out of range"), std::string::npos) << out;
+  EXPECT_EQ(out.find("ERROR"), std::string::npos) << "a raw server error: " << out;
 
   std::string no_db;
   EXPECT_EQ(run_command("env -u DATABASE_URL " + binary("batonctl") + " stats", &no_db), 2)

@@ -33,7 +33,7 @@ TEST(Metrics, ScrapePassesPromtoolAndCountsEveryJob) {
   // Counters are bumped when handlers finish; wait until the page shows all 60 runs.
   ASSERT_TRUE(wait_for(
       [&] {
-        page = http_get(addr, "/metrics");
+        page = scrape(addr);
         return metric_sum(page, "baton_job_run_seconds_count") == 60;
       },
       10s))
@@ -99,7 +99,7 @@ TEST(Metrics, QueueDepthMatchesTheTableAndFollowersDoNotReportIt) {
   std::string page;
   ASSERT_TRUE(wait_for(
       [&] {
-        page = http_get(cluster.metrics_addr(leader), "/metrics");
+        page = scrape(cluster.metrics_addr(leader));
         return series(page, R"(baton_queue_depth{queue="held",state="available"})") == 7 &&
                series(page, R"(baton_queue_depth{queue="held",state="scheduled"})") == 3 &&
                series(page, R"(baton_dead_jobs{queue="held2"})") == 1;
@@ -107,7 +107,7 @@ TEST(Metrics, QueueDepthMatchesTheTableAndFollowersDoNotReportIt) {
       20s))
       << page;
   EXPECT_GT(series(page, R"(baton_queue_oldest_available_seconds{queue="held"})"), 0) << page;
-  const auto follower_page = http_get(cluster.metrics_addr(follower), "/metrics");
+  const auto follower_page = scrape(cluster.metrics_addr(follower));
   EXPECT_EQ(follower_page.find("baton_queue_depth{"), std::string::npos)
       << "only the leader samples depth";
 
@@ -118,7 +118,7 @@ TEST(Metrics, QueueDepthMatchesTheTableAndFollowersDoNotReportIt) {
   }
   ASSERT_TRUE(wait_for(
       [&] {
-        page = http_get(cluster.metrics_addr(leader), "/metrics");
+        page = scrape(cluster.metrics_addr(leader));
         return series(page, R"(baton_queue_depth{queue="held",state="available"})") == 0 &&
                series(page, R"(baton_queue_oldest_available_seconds{queue="held"})") == 0;
       },

@@ -46,7 +46,7 @@ TEST(PeriodicCluster, AKilledLeaderLosesNoTickAndNoTickRunsTwice) {
   EXPECT_NE(out.find("every 1s"), std::string::npos) << out;
   EXPECT_NE(out.find("completed"), std::string::npos) << "the last run's outcome: " << out;
 
-  const auto page = http_get(cluster.metrics_addr(cluster.leader()), "/metrics");
+  const auto page = scrape(cluster.metrics_addr(cluster.leader()));
   EXPECT_GT(metric_sum(page, "baton_schedule_ticks_total"), 0) << page;
   EXPECT_NE(page.find("baton_schedule_lag_seconds{schedule=\"tick\"}"), std::string::npos) << page;
 }

@@ -75,7 +75,7 @@ TEST(Security, AClusterRunsUnderTheDocumentedGrantsAndEvictsAFrozenLeader) {
   std::vector<std::unique_ptr<Process>> nodes;
   for (const char* id : {"a", "b"}) {
     nodes.push_back(std::make_unique<Process>(
-        std::vector<std::string>{binary("batond"), "--database-url", as_role(role), "--schema",
+        std::vector<std::string>{binary("demo_node"), "--database-url", as_role(role), "--schema",
                                  schema, "--node-id", id, "--no-migrate", "--metrics-listen",
                                  "off"},
         dir + "/" + id + ".log"));
@@ -108,15 +108,14 @@ TEST(Security, ARoleWithoutWriteAccessIsRefusedClearlyAndTheNodeWaits) {
     tx.exec("GRANT USAGE ON SCHEMA " + schema + " TO " + role);
     tx.exec("GRANT SELECT ON ALL TABLES IN SCHEMA " + schema + " TO " + role);
   }
-  Process node({binary("batond"), "--database-url", as_role(role), "--schema", schema,
+  Process node({binary("demo_node"), "--database-url", as_role(role), "--schema", schema,
                 "--no-migrate", "--metrics-listen", "127.0.0.1:0"},
                cluster.dir() + "/ro.log");
   ASSERT_TRUE(wait_for([&] { return node.log().find("lacks") != std::string::npos; }, 20s))
       << node.log();
   const auto log = node.log();
-  EXPECT_NE(log.find("role " + role + " lacks DELETE on " + schema + ".dead_jobs"),
-            std::string::npos)
-      << log;
+  EXPECT_NE(log.find("role " + role + " lacks "), std::string::npos) << log;
+  EXPECT_NE(log.find("DELETE on " + schema + ".dead_jobs"), std::string::npos) << log;
   EXPECT_NE(log.find("docs/security.md"), std::string::npos) << log;
   EXPECT_TRUE(node.running()) << "a missing grant is retried, not fatal";
   EXPECT_EQ(cluster.leader(), "") << "it must not lead without its grants";
@@ -136,21 +135,21 @@ TEST(Security, APasswordNeverAppearsInLogsErrorsConfigOrMetrics) {
   std::regex_search(base, m, std::regex(R"(port=(\d+))"));
   const std::string uri =
       "postgresql://" + role + ":" + password + "@127.0.0.1:" + m[1].str() + "/postgres";
-  Process node({binary("batond"), "--database-url", uri, "--schema", schema, "--metrics-listen",
+  Process node({binary("demo_node"), "--database-url", uri, "--schema", schema, "--metrics-listen",
                 "127.0.0.1:0", "--log-level", "debug"},
                cluster.dir() + "/pw.log");
   ASSERT_TRUE(wait_for([&] { return !cluster.leader().empty(); }, 20s)) << node.log();
   {
     pqxx::nontransaction tx(cluster.db());
     tx.exec("SELECT enqueue('q', 'fail', '{\"message\": \"boom\"}', max_attempts => 1)");
-    tx.exec("SELECT enqueue('q', 'no_such_type')");
+    tx.exec("SELECT enqueue('q', 'no_such_type')");  // waits for a handler, shown in /metrics
   }
-  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM dead_jobs") == 2; }, 20s));
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM dead_jobs") == 1; }, 20s));
   std::string everything = node.log();
   const auto addr = query_value(cluster.db(), "SELECT metrics_addr FROM nodes LIMIT 1");
   everything += http_get(addr, "/metrics");
   std::string out;
-  run_command(binary("batond") + " --database-url '" + uri + "' --print-config", &out);
+  run_command(binary("demo_node") + " --database-url '" + uri + "' --print-config", &out);
   everything += out;
   const std::string dead = "postgresql://" + role + ":" + password + "@127.0.0.1:1/postgres";
   run_command(binary("batonctl") + " --database-url '" + dead + "' stats", &out);
@@ -158,7 +157,7 @@ TEST(Security, APasswordNeverAppearsInLogsErrorsConfigOrMetrics) {
   run_command(binary("batonctl") + " --database-url '" + uri + "' --schema nosuch stats", &out);
   everything += out;
   {
-    Process unreachable({binary("batond"), "--database-url", dead, "--metrics-listen", "off"},
+    Process unreachable({binary("demo_node"), "--database-url", dead, "--metrics-listen", "off"},
                         cluster.dir() + "/dead.log");
     ASSERT_TRUE(wait_for(
         [&] { return unreachable.log().find("database unreachable") != std::string::npos; }, 20s));
@@ -176,7 +175,7 @@ TEST(Security, APasswordNeverAppearsInLogsErrorsConfigOrMetrics) {
 
 TEST(Security, AMissingOrNewerSchemaIsRetriedWithOneClearMessage) {
   const auto schema = unique_schema("not_ready");
-  Process node({binary("batond"), "--database-url", database_url(), "--schema", schema,
+  Process node({binary("demo_node"), "--database-url", database_url(), "--schema", schema,
                 "--no-migrate", "--metrics-listen", "off", "--node-id", "patient"},
                temp_dir(schema) + "/node.log");
   ASSERT_TRUE(wait_for(
@@ -206,7 +205,7 @@ TEST(Security, AMissingOrNewerSchemaIsRetriedWithOneClearMessage) {
     pqxx::nontransaction tx(*conn);
     tx.exec("INSERT INTO schema_migrations (version, name) VALUES (999, 'future')");
   }
-  Process newer({binary("batond"), "--database-url", database_url(), "--schema", schema,
+  Process newer({binary("demo_node"), "--database-url", database_url(), "--schema", schema,
                  "--no-migrate", "--metrics-listen", "off", "--node-id", "older"},
                 temp_dir(schema + "_2") + "/node.log");
   ASSERT_TRUE(wait_for(

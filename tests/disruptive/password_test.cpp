@@ -36,7 +36,8 @@ TEST(Password, AWrongPasswordIsReportedOnceAndRetriedWithoutLeakingIt) {
   const std::string base = "postgresql://pw_user:";
   const std::string wrong = base + "Wrong-Pass-2@127.0.0.1:" + port + "/postgres";
 
-  Process node({binary("batond"), "--database-url", wrong, "--metrics-listen", "off", "--node-id",
+  const std::string metrics = "127.0.0.1:" + std::to_string(free_port());
+  Process node({binary("batond"), "--database-url", wrong, "--metrics-listen", metrics, "--node-id",
                 "locked-out"},
                dir + "/node.log");
   ASSERT_TRUE(wait_for(
@@ -68,6 +69,12 @@ TEST(Password, AWrongPasswordIsReportedOnceAndRetriedWithoutLeakingIt) {
   EXPECT_EQ(log.find("Wrong-Pass-2"), std::string::npos) << log;
   EXPECT_EQ(log.find("Right-Pass-1"), std::string::npos) << log;
   EXPECT_NE(log.find("user=pw_user"), std::string::npos) << "names who it tried to be: " << log;
+  EXPECT_NE(log.find("AUTHENTICATION FAILED"), std::string::npos)
+      << "a wrong password is not 'unreachable': " << log;
+  EXPECT_EQ(log.find("unreachable"), std::string::npos) << log;
+  // Counted, so that an alert can fire while the node keeps retrying.
+  const auto page = http_get(metrics, "/metrics");
+  EXPECT_GE(metric_sum(page, "baton_database_authentication_failures_total"), 3.0) << page;
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The fencing compare-and-set at the job store, against a real PostgreSQL: a claim needs the
 // lock row to show the claimer's epoch, and every outcome needs the job to still be running under
-// the epoch that claimed it.
+// the claim that produced it (epoch and token); epochs compare only within one lock group.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "baton/detail/db.h"
@@ -36,8 +37,25 @@ class Fencing : public ::testing::Test {
         "DO UPDATE SET client_id = excluded.client_id, epoch = excluded.epoch",
         node, epoch);
   }
+  static detail::Claimer as(const std::string& node, long long epoch) {
+    return {{"k", "r"}, node, epoch};
+  }
   std::vector<detail::ClaimedJob> claim(const std::string& node, long long epoch) {
-    return detail::claim_jobs(*conn_, {"k", "r"}, node, epoch, 10, {});
+    return detail::claim_jobs(*conn_, as(node, epoch), 10, {{}, {}, {"noop"}});
+  }
+  detail::Rescued rescue(const std::string& node, long long epoch,
+                         const std::vector<std::int64_t>& still_running = {}) {
+    return detail::rescue_lost(*conn_, as(node, epoch), still_running, std::chrono::seconds(30));
+  }
+  static detail::Completion done(const detail::ClaimedJob& j) {
+    return {j.job.id, j.job.epoch, j.token, 0.1, "q", "noop", j.row_at};
+  }
+  static detail::Failure failed(const detail::ClaimedJob& j, bool dead = false) {
+    return {j.job.id, j.job.epoch, j.token, j.job.attempt, "late", dead, dead ? "exhausted" : "",
+            10};
+  }
+  static detail::Release released(const detail::ClaimedJob& j) {
+    return {j.job.id, j.job.epoch, j.token};
   }
   long long count(const std::string& sql) { return query_int(*conn_, sql); }
 
@@ -55,22 +73,21 @@ TEST_F(Fencing, ADeposedLeadersOutcomesAreRefusedAfterTheRescue) {
   auto jobs = claim("old", 1);
   ASSERT_EQ(jobs.size(), 3u);
   lead("new", 2);
-  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 3u);
+  EXPECT_EQ(rescue("new", 2).requeued, 3u);
   // The old leader finishes late: completion, retry and dead-lettering are all fenced.
-  EXPECT_EQ(detail::apply_outcomes(*conn_, {{jobs[0].job.id, 1, 0.1, 1}},
-                                   {{jobs[1].job.id, 1, 1, "late", false, "", 10},
-                                    {jobs[2].job.id, 1, 1, "late", true, "exhausted", 0}}),
-            0u);
+  EXPECT_EQ(
+      detail::apply_outcomes(*conn_, {done(jobs[0])}, {failed(jobs[1]), failed(jobs[2], true)}),
+      0u);
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), 0);
   EXPECT_EQ(count("SELECT count(*) FROM dead_jobs"), 0);
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available'"), 3);
   // The new epoch claims and completes them.
   auto again = claim("new", 2);
   ASSERT_EQ(again.size(), 3u);
-  std::vector<detail::Completion> done;
+  std::vector<detail::Completion> completions;
   for (const auto& j : again)
-    done.push_back({j.job.id, 2, 0.1, 2});
-  EXPECT_EQ(detail::apply_outcomes(*conn_, done, {}), 3u);
+    completions.push_back(done(j));
+  EXPECT_EQ(detail::apply_outcomes(*conn_, completions, {}), 3u);
   EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE epoch = 2 AND attempts = 2"), 3);
 }
 
@@ -78,17 +95,17 @@ TEST_F(Fencing, AReleasedClaimGoesBackWithItsAttemptAndAStaleReleaseIsIgnored) {
   auto jobs = claim("old", 1);
   ASSERT_EQ(jobs.size(), 3u);
   // Released by the epoch that claimed them: available again, as if never claimed.
-  detail::apply_outcomes(*conn_, {}, {}, nullptr, {{jobs[0].job.id, 1, 1}, {jobs[1].job.id, 1, 1}});
+  detail::apply_outcomes(*conn_, {}, {}, nullptr, {released(jobs[0]), released(jobs[1])});
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 "
                   "AND first_started_at IS NULL AND claimed_by IS NULL"),
             2);
-  // A release from another epoch, or of another attempt, matches nothing.
+  // A release from another epoch, or of another claim, matches nothing.
   lead("new", 2);
-  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 1u);
+  EXPECT_EQ(rescue("new", 2).requeued, 1u);
   auto again = claim("new", 2);
   ASSERT_EQ(again.size(), 3u);
   detail::apply_outcomes(*conn_, {}, {}, nullptr,
-                         {{jobs[2].job.id, 1, 1}, {again[0].job.id, 2, again[0].job.attempt + 1}});
+                         {released(jobs[2]), {again[0].job.id, 2, again[0].token + 1}});
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND claimed_epoch = 2"), 3);
 }
 
@@ -100,7 +117,7 @@ TEST_F(Fencing, AFencedTransactionalCommitRollsBackTheHandlersWrites) {
   auto jobs = claim("old", 1);
   ASSERT_EQ(jobs.size(), 3u);
   lead("new", 2);
-  detail::rescue_older_epochs(*conn_, 2);
+  rescue("new", 2);
   auto again = claim("new", 2);
   ASSERT_EQ(again.size(), 3u);
 
@@ -108,13 +125,16 @@ TEST_F(Fencing, AFencedTransactionalCommitRollsBackTheHandlersWrites) {
   {
     pqxx::work tx(*handler_conn);
     tx.exec_params("INSERT INTO effects VALUES ($1)", jobs[0].job.id);
-    EXPECT_FALSE(detail::complete_in(tx, {jobs[0].job.id, 1, 0.1, 1})) << "epoch 1 is deposed";
+    EXPECT_FALSE(detail::complete_in(tx, done(jobs[0]))) << "epoch 1 is deposed";
     tx.abort();
   }
   {
     pqxx::work tx(*handler_conn);
     tx.exec_params("INSERT INTO effects VALUES ($1)", jobs[0].job.id);
-    EXPECT_TRUE(detail::complete_in(tx, {jobs[0].job.id, 2, 0.1, 2}));
+    const auto mine = std::find_if(again.begin(), again.end(),
+                                   [&](const auto& j) { return j.job.id == jobs[0].job.id; });
+    ASSERT_NE(mine, again.end());
+    EXPECT_TRUE(detail::complete_in(tx, done(*mine)));
     tx.commit();
   }
   EXPECT_EQ(count("SELECT count(*) FROM effects"), 1);
@@ -127,11 +147,11 @@ TEST_F(Fencing, TheRescueSkipsRowsLockedByAnUnfinishedCommit) {
   // The old leader is inside its completion transaction, holding the row lock.
   auto stale = detail::connect({.url = database_url(), .schema = schema_});
   pqxx::work stale_tx(*stale);
-  ASSERT_TRUE(detail::complete_in(stale_tx, {jobs[0].job.id, 1, 0.1, 1}));
+  ASSERT_TRUE(detail::complete_in(stale_tx, done(jobs[0])));
   lead("new", 2);
-  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 2u) << "must not wait on the locked row";
+  EXPECT_EQ(rescue("new", 2).requeued, 2u) << "must not wait on the locked row";
   stale_tx.commit();  // it committed first, so it counts: the job ran once
-  EXPECT_EQ(detail::rescue_older_epochs(*conn_, 2), 0u);
+  EXPECT_EQ(rescue("new", 2).requeued, 0u);
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), 1);
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 2);
 }
@@ -147,10 +167,7 @@ TEST_F(Fencing, ACompletionFindsItsJobEvenAfterTheRowMoved) {
                                   "' AND id = " + std::to_string(jobs[0].job.id)),
             1)
       << "VACUUM FULL did not move the row; the test shows nothing";
-  std::vector<detail::Completion> done;
-  for (const auto& j : {jobs[0], jobs[1]})
-    done.push_back({j.job.id, 1, 0.1, 1, "q", "noop", j.row_at});
-  EXPECT_EQ(detail::apply_outcomes(*conn_, done, {}), 2u);
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {done(jobs[0]), done(jobs[1])}, {}), 2u);
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), 2);
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE id = " + std::to_string(jobs[2].job.id) +
                   " AND state = 'running'"),
@@ -165,14 +182,14 @@ TEST_F(Fencing, ClaimsRacingAcrossAHandoverNeverTakeAJobTwice) {
   pqxx::work stale_tx(*stale);
   const auto first = query_int(*conn_, "SELECT min(id) FROM jobs");
   stale_tx.exec_params(
-      "UPDATE jobs SET state = 'running', attempts = attempts + 1, claimed_by = 'old', "
-      "claimed_epoch = 1 WHERE id = $1",
+      "UPDATE jobs SET state = 'running', attempts = attempts + 1, claims = claims + 1, "
+      "claimed_by = 'old', claimed_epoch = 1, claim_group = 'r/k' WHERE id = $1",
       first);
   lead("new", 2);
   std::vector<detail::ClaimedJob> taken;
   std::thread claimer([&] {
     auto conn = detail::connect({.url = database_url(), .schema = schema_});
-    taken = detail::claim_jobs(*conn, {"k", "r"}, "new", 2, 10, {});
+    taken = detail::claim_jobs(*conn, as("new", 2), 10, {{}, {}, {"noop"}});
   });
   const bool waited = wait_for(
       [&] {
@@ -189,6 +206,141 @@ TEST_F(Fencing, ClaimsRacingAcrossAHandoverNeverTakeAJobTwice) {
     EXPECT_NE(j.job.id, first) << "the job the deposed leader claimed was claimed again";
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_epoch = 2"), 2);
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_epoch = 1 AND attempts = 1"), 1);
+}
+
+TEST_F(Fencing, TwoLockGroupsNeverRescueEachOthersJobs) {
+  // Group r/k leads at epoch 1 and runs the jobs; group r/a leads at epoch 4 (epochs are per lock
+  // row: 4 > 1 means nothing across groups).
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) "
+        "VALUES ('a', 'r', 'other', 4, now() + interval '1 minute')");
+  }
+  const auto r =
+      detail::rescue_lost(*conn_, {{"a", "r"}, "other", 4}, {}, std::chrono::seconds(30));
+  EXPECT_EQ(r.requeued + r.dead, 0u) << "group r/a rescued group r/k's running jobs";
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {done(jobs[0]), done(jobs[1]), done(jobs[2])}, {}), 3u)
+      << "group r/k's own outcomes were fenced";
+}
+
+TEST_F(Fencing, AGroupLeftWithoutALeaderHasItsJobsRescuedByAnother) {
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("UPDATE locks SET expires_at = now() - interval '1 hour'");
+    tx.exec(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) "
+        "VALUES ('a', 'r', 'other', 1, now() + interval '1 minute')");
+  }
+  const auto r =
+      detail::rescue_lost(*conn_, {{"a", "r"}, "other", 1}, {}, std::chrono::seconds(30));
+  EXPECT_EQ(r.requeued, 3u) << "a group whose lease ran out an hour ago keeps its jobs forever";
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {done(jobs[0])}, {}), 0u);
+}
+
+TEST_F(Fencing, AJobThatTakesItsNodeDownOnItsLastAttemptIsDeadAsCrashed) {
+  { pqxx::nontransaction(*conn_).exec("UPDATE jobs SET max_attempts = 3"); }
+  // Every claim "crashes" (the next epoch rescues it): three runs, then dead, never a fourth.
+  long long epoch = 1;
+  int runs = 0;
+  for (int round = 0; round < 6; ++round) {
+    lead("n" + std::to_string(epoch), epoch);
+    rescue("n" + std::to_string(epoch), epoch);
+    runs += static_cast<int>(claim("n" + std::to_string(epoch), epoch).size());
+    ++epoch;
+  }
+  lead("last", epoch);
+  const auto r = rescue("last", epoch);
+  EXPECT_EQ(runs, 9) << "three jobs, three attempts each";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE reason = 'crashed' AND attempts = 3"), 3);
+  EXPECT_GE(r.dead, 0u);
+  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE jsonb_array_length(errors) = 3 "
+                  "AND last_error LIKE 'attempt 3 of 3 ended with its node%'"),
+            3)
+      << "every lost run is in the job's error history";
+}
+
+TEST_F(Fencing, AStaleOutcomeMissesAJobRequeuedFromTheDeadUnderTheSameEpoch) {
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  // The first run is refused as dead; an operator requeues it (fresh attempts); the same leader
+  // claims it again, with the same epoch and attempt number as the first run.
+  ASSERT_EQ(detail::apply_outcomes(*conn_, {}, {failed(jobs[0], true)}), 1u);
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec(
+        "INSERT INTO jobs (id, queue, type, max_attempts, claims) OVERRIDING SYSTEM VALUE "
+        "SELECT id, queue, type, max_attempts, claims FROM dead_jobs");
+    tx.exec("DELETE FROM dead_jobs");
+  }
+  auto again = claim("old", 1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].job.attempt, jobs[0].job.attempt);
+  EXPECT_NE(again[0].token, jobs[0].token);
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {done(jobs[0])}, {}), 0u)
+      << "the first run's late completion settled the second run";
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {done(again[0])}, {}), 1u);
+}
+
+TEST_F(Fencing, TheRescueLeavesAloneTheJobsThisNodeStillRuns) {
+  lead("me", 1);
+  auto jobs = claim("me", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  lead("me", 2);  // the same node, regranted under the next epoch
+  EXPECT_EQ(rescue("me", 2, {jobs[0].job.id, jobs[1].job.id}).requeued, 1u);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND claimed_epoch = 1"), 2);
+}
+
+TEST_F(Fencing, AClaimSkipsRowsAnotherTransactionHoldsWhenAsked) {
+  auto operator_conn = detail::connect({.url = database_url(), .schema = schema_});
+  pqxx::work held(*operator_conn);
+  held.exec("SELECT * FROM jobs WHERE id = (SELECT min(id) FROM jobs) FOR UPDATE");
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("SET lock_timeout = 100");
+  }
+  EXPECT_THROW(claim("old", 1), pqxx::sql_error) << "a plain claim should wait for the row";
+  const auto jobs = detail::claim_jobs(*conn_, as("old", 1), 10, {{}, {}, {"noop"}, true});
+  EXPECT_EQ(jobs.size(), 2u) << "the claim that skips held rows took the others";
+  held.abort();
+}
+
+TEST_F(Fencing, OnlyHandledTypesAreClaimed) {
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("INSERT INTO jobs (queue, type) VALUES ('q', 'new_type')");
+  }
+  EXPECT_EQ(claim("old", 1).size(), 3u);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE type = 'new_type' AND state = 'available'"), 1);
+  EXPECT_EQ(detail::claim_jobs(*conn_, as("old", 1), 10, {{}, {}, {"noop", "new_type"}}).size(),
+            1u);
+}
+
+TEST_F(Fencing, ACancelledJobEndsAsCancelledWhateverStateItWasIn) {
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  { pqxx::nontransaction(*conn_).exec("INSERT INTO jobs (queue, type) VALUES ('q', 'noop')"); }
+  const auto waiting = query_int(*conn_, "SELECT max(id) FROM jobs");
+  auto cancel = [&](std::int64_t id) {
+    return query_value(*conn_, "SELECT cancel(" + std::to_string(id) + ")");
+  };
+  EXPECT_EQ(cancel(waiting), "cancelled");
+  EXPECT_EQ(cancel(waiting), "finished");
+  EXPECT_EQ(cancel(424242), "not_found");
+  for (const auto& j : jobs)
+    EXPECT_EQ(cancel(j.job.id), "cancelling");
+  // A failed run, a run that never started, and a run that completed anyway.
+  detail::apply_outcomes(*conn_, {done(jobs[2])}, {failed(jobs[0])}, nullptr, {released(jobs[1])});
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'cancelled'"), 3);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed'"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
+  EXPECT_EQ(query_value(*conn_, "SELECT status FROM job_status(" + std::to_string(waiting) + ")"),
+            "cancelled");
 }
 
 }  // namespace

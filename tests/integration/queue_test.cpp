@@ -103,30 +103,42 @@ TEST_F(Queue, AJobThatFailsOnceSucceedsOnItsSecondAttempt) {
   EXPECT_EQ(count("SELECT count(*) FROM dead_jobs"), 0);
 }
 
-TEST_F(Queue, UnknownTypesAndUnmappablePayloadsDieAtOnceWithAClearError) {
+TEST_F(Queue, UnmappablePayloadsDieAtOnceAndUnknownTypesWaitForALeaderThatHandlesThem) {
   std::atomic<int> invoices{0};
-  RunningNode n(test_config(schema_, "solo"), [&](Node& node) {
-    node.handle<Invoice>("invoice", [&](JobContext&, const Invoice& i) {
-      EXPECT_EQ(i.customer, "acme");
-      ++invoices;
-    });
-  });
   Client client(database_url(), schema_);
-  client.enqueue("invoice", {{"customer", "acme"}, {"cents", 100}});
-  const auto bad = client.enqueue("invoice", {{"customer", "acme"}});  // no cents
-  const auto unknown = client.enqueue("no_such_type", {});
-
-  ASSERT_TRUE(wait_count("SELECT count(*) FROM dead_jobs", 2));
-  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 1));
-  EXPECT_EQ(invoices.load(), 1);
-  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE attempts = 1 AND reason = 'bad_payload'"
-                  " AND last_error LIKE '%cents%' AND id = " +
-                  std::to_string(bad)),
-            1);
-  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE attempts = 1 AND reason = 'unknown_type'"
-                  " AND last_error LIKE '%no_such_type%node.handle%' AND id = " +
-                  std::to_string(unknown)),
-            1);
+  std::int64_t unknown = 0;
+  {
+    // The old version of the application: it has no handler for "receipt" yet.
+    RunningNode n(test_config(schema_, "old"), [&](Node& node) {
+      node.handle<Invoice>("invoice", [&](JobContext&, const Invoice& i) {
+        EXPECT_EQ(i.customer, "acme");
+        ++invoices;
+      });
+    });
+    client.enqueue("invoice", {{"customer", "acme"}, {"cents", 100}});
+    const auto bad = client.enqueue("invoice", {{"customer", "acme"}});  // no cents
+    unknown = client.enqueue("receipt", {});
+    ASSERT_TRUE(wait_count("SELECT count(*) FROM dead_jobs", 1));
+    ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 1));
+    EXPECT_EQ(invoices.load(), 1);
+    EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE attempts = 1 AND reason = 'bad_payload'"
+                    " AND last_error LIKE '%cents%' AND id = " +
+                    std::to_string(bad)),
+              1);
+    // The receipt waits, untouched: a rolling deploy must not dead-letter the new type's jobs.
+    ASSERT_TRUE(wait_for([&] { return n.node().is_leader(); }, 10s));
+    EXPECT_EQ(
+        count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 AND id = " +
+              std::to_string(unknown)),
+        1);
+  }
+  // The new version leads: the receipt runs.
+  std::atomic<int> receipts{0};
+  RunningNode n(test_config(schema_, "new"),
+                [&](Node& node) { node.handle("receipt", [&](JobContext&) { ++receipts; }); });
+  ASSERT_TRUE(
+      wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(unknown), 1));
+  EXPECT_EQ(receipts.load(), 1);
 }
 
 TEST_F(Queue, TheClientRefusesBadInputAndInsertsNothing) {
@@ -366,6 +378,44 @@ TEST_F(Producers, ThePayloadLimitIsConfigurable) {
     EXPECT_NE(std::string(e.what()).find("the limit is 100 bytes"), std::string::npos) << e.what();
   }
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 1);
+}
+
+}  // namespace
+
+namespace {
+
+using namespace baton::test;
+
+TEST_F(Queue, TheClientCancelsJobsAndAsksTheirStatus) {
+  std::atomic<bool> saw_cancel{false};
+  RunningNode n(test_config(schema_, "solo"), [&](Node& node) {
+    node.handle("wait", [&](JobContext& ctx) {
+      const auto until = std::chrono::steady_clock::now() + 20s;
+      while (!ctx.cancelled() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(5ms);
+      saw_cancel = ctx.cancel_requested();
+      if (ctx.cancelled()) throw std::runtime_error("stopped: cancelled");
+    });
+  });
+  Client client(database_url(), schema_);
+  const auto later =
+      client.enqueue("wait", {}, {.delay = std::chrono::hours(1), .idempotency_key = "k-later"});
+  EXPECT_EQ(client.status(later)->status, "scheduled");
+  EXPECT_EQ(client.status("default", "k-later")->id, later);
+  EXPECT_EQ(client.cancel(later), baton::CancelResult::cancelled);
+  EXPECT_EQ(client.status(later)->status, "cancelled");
+  EXPECT_EQ(client.cancel(later), baton::CancelResult::finished);
+  EXPECT_EQ(client.cancel(424242), baton::CancelResult::not_found);
+  EXPECT_FALSE(client.status(424242).has_value());
+
+  const auto running = client.enqueue("wait", {}, {.idempotency_key = "k-now"});
+  ASSERT_TRUE(wait_for([&] { return client.status(running)->status == "running"; }, 20s));
+  EXPECT_EQ(client.cancel("default", "k-now"), baton::CancelResult::cancelling);
+  EXPECT_EQ(client.status(running)->status, "cancelling");
+  ASSERT_TRUE(wait_for([&] { return client.status(running)->status == "cancelled"; }, 20s));
+  EXPECT_TRUE(saw_cancel.load()) << "the handler did not see its job's cancellation";
+  EXPECT_EQ(client.status(running)->last_error, "stopped: cancelled");
+  EXPECT_EQ(client.status("default", "k-now")->id, running) << "found by key after it finished";
 }
 
 }  // namespace

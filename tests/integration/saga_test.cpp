@@ -174,19 +174,19 @@ TEST_F(Sagas, AFencedCommitLeavesTheSagaUnchanged) {
         "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) VALUES "
         "('k', 'r', 'old', 1, now() + interval '1 minute')");
   }
-  auto jobs = baton::detail::claim_jobs(*conn_, {"k", "r"}, "old", 1, 1, {});
+  auto jobs = baton::detail::claim_jobs(*conn_, {{"k", "r"}, "old", 1}, 1, {{}, {}, {"bump"}});
   ASSERT_EQ(jobs.size(), 1u);
   {
     pqxx::nontransaction tx(*conn_);
     tx.exec("UPDATE locks SET client_id = 'new', epoch = 2");
   }
-  baton::detail::rescue_older_epochs(*conn_, 2);
+  baton::detail::rescue_lost(*conn_, {{"k", "r"}, "new", 2}, {}, std::chrono::seconds(30));
   // The deposed leader's handler saves the saga, then its completion is fenced: roll back.
   pqxx::work tx(*conn_);
   auto s = store_->find<Counter>(tx, "key", "k1");
   s->data.n = 1000;
   store_->save(tx, *s);
-  EXPECT_FALSE(baton::detail::complete_in(tx, {jobs[0].job.id, 1, 0.1, 1}));
+  EXPECT_FALSE(baton::detail::complete_in(tx, {jobs[0].job.id, 1, jobs[0].token, 0.1}));
   tx.abort();
   EXPECT_EQ(value_of("k1"), 1);
 }

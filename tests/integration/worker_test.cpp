@@ -174,21 +174,29 @@ TEST_F(Worker, RevokeCancelsRunningHandlers) {
 TEST_F(Worker, AHungJobIsRescuedAfterItsTimeoutAndDiesWhenOutOfAttempts) {
   auto config = test_config(schema_, "solo");
   RunningNode n(config, [](Node&) {});
-  // A job claimed long ago by this epoch with a 1 ms timeout: its handler never answered.
+  // Jobs of this lock group claimed long ago (under an epoch no rescue of older epochs touches)
+  // with a 1 ms timeout: their handler never answered.
   {
     pqxx::nontransaction tx(*db_);
     tx.exec(
         "INSERT INTO jobs (queue, type, state, attempts, max_attempts, timeout_ms, "
-        "claimed_at, claimed_epoch, claimed_by) VALUES "
-        "('q', 'hung', 'running', 1, 3, 1, now() - interval '1 hour', 999999, 'x'), "
-        "('q', 'hung', 'running', 3, 3, 1, now() - interval '1 hour', 999999, 'x')");
+        "claimed_at, claimed_epoch, claimed_by, claim_group) VALUES "
+        "('q', 'hung', 'running', 1, 3, 1, now() - interval '1 hour', 999999, 'x', "
+        " 'default/baton-leader'), "
+        "('q', 'hung', 'running', 3, 3, 1, now() - interval '1 hour', 999999, 'x', "
+        " 'default/baton-leader')");
   }
-  // One had no attempt left: dead with reason timeout. The other was retried; with no handler
-  // on this node its retry dies as unknown_type, carrying the timeout in its error history.
-  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM dead_jobs") == 2; }, 20s));
-  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE reason = 'unknown_type' AND errors::text "
-                  "LIKE '%timeout: no outcome%'"),
-            1);
+  // One had no attempt left: dead with reason timeout. The other is retried, carrying the
+  // timeout in its error history; with no handler on this node it waits for one.
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM dead_jobs") == 1; }, 20s));
+  EXPECT_EQ(count("SELECT count(*) FROM dead_jobs WHERE reason = 'timeout'"), 1);
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count(
+                   "SELECT count(*) FROM jobs WHERE state = 'available' AND errors::text "
+                   "LIKE '%timeout: no outcome%'") == 1;
+      },
+      20s));
 }
 
 TEST_F(Worker, ThePrunerDeletesOnlyHistoryOlderThanTheRetention) {

@@ -3,39 +3,49 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 
 namespace baton::test {
 
-Cluster::Cluster(const std::string& schema, int nodes, std::vector<std::string> extra)
-    : schema_(schema), dir_(temp_dir(schema)), extra_(std::move(extra)) {
-  auto conn = detail::connect({.url = database_url(), .schema = schema});
+Cluster::Cluster(const std::string& schema, int nodes, std::vector<std::string> extra,
+                 std::string url, std::string admin_url)
+    : schema_(schema),
+      url_(url.empty() ? database_url() : std::move(url)),
+      admin_url_(admin_url.empty() ? database_url() : std::move(admin_url)),
+      dir_(temp_dir(schema)),
+      extra_(std::move(extra)) {
+  auto conn = detail::connect({.url = admin_url_, .schema = schema});
   detail::migrate(*conn, schema);
-  db_ = connect(schema);
-  for (int i = 1; i <= nodes; ++i)
-    start("n" + std::to_string(i));
+  db_ = connect(schema, admin_url_);
+  for (int i = 1; i <= nodes; ++i) {
+    std::string id = "n";
+    id += std::to_string(i);
+    start(id);
+  }
 }
 
-void Cluster::start(const std::string& node_id) {
-  std::vector<std::string> argv{binary("batond"),
-                                "--database-url",
-                                database_url(),
-                                "--schema",
-                                schema_,
-                                "--node-id",
-                                node_id,
-                                "--metrics-listen",
-                                "127.0.0.1:0",
-                                "--poll-interval",
-                                "100ms",
-                                "--retry-base",
-                                "10ms",
-                                "--retry-cap",
-                                "100ms",
-                                "--threads",
-                                "4"};
+void Cluster::start(const std::string& node_id, const std::vector<std::string>& more,
+                    const std::string& program) {
+  // A flag in `extra` or `more` replaces the default of the same name.
+  const std::vector<std::pair<std::string, std::string>> defaults{
+      {"--database-url", url_},     {"--schema", schema_},
+      {"--node-id", node_id},       {"--metrics-listen", "127.0.0.1:0"},
+      {"--poll-interval", "100ms"}, {"--retry-base", "10ms"},
+      {"--retry-cap", "100ms"},     {"--threads", "4"}};
+  auto named = [](const std::vector<std::string>& flags, const std::string& flag) {
+    return std::find(flags.begin(), flags.end(), flag) != flags.end();
+  };
+  std::vector<std::string> argv{binary(program)};
+  for (const auto& [flag, value] : defaults) {
+    if (named(extra_, flag) || named(more, flag)) continue;
+    argv.push_back(flag);
+    argv.push_back(value);
+  }
   argv.insert(argv.end(), extra_.begin(), extra_.end());
+  argv.insert(argv.end(), more.begin(), more.end());
   auto p = std::make_unique<Process>(argv, dir_ + "/" + node_id + ".log");
   for (auto& [id, proc] : nodes_) {
     if (id == node_id) {
@@ -92,6 +102,15 @@ std::string Cluster::logs() const {
   for (const auto& [id, proc] : nodes_)
     all += "----- " + id + "\n" + proc->log();
   return all;
+}
+
+std::string ctl(const Cluster& cluster, const std::string& args, int* rc) {
+  std::string out;
+  const int code = run_command(binary("batonctl") + " --database-url '" + database_url() +
+                                   "' --schema " + cluster.schema() + " " + args,
+                               &out);
+  if (rc != nullptr) *rc = code;
+  return out;
 }
 
 }  // namespace baton::test

@@ -1,4 +1,5 @@
-// A cluster of real batond processes on one schema, and what tests ask of it.
+// A cluster of real node processes (demo_node: batond's settings with the examples' handlers) on
+// one schema, and what tests ask of it.
 #pragma once
 
 #include <memory>
@@ -11,14 +12,19 @@ namespace baton::test {
 
 class Cluster {
  public:
-  // Migrates `schema` and starts `nodes` batond processes named <prefix>1..N. `extra` flags
-  // go to every node.
-  Cluster(const std::string& schema, int nodes, std::vector<std::string> extra = {});
+  // Migrates `schema` and starts `nodes` demo_node processes named n1..nN. `extra` flags
+  // go to every node; `url` (default: the test database as its superuser) is the nodes'.
+  // `admin_url` (default: the test database) is the one the test migrates and queries with.
+  Cluster(const std::string& schema, int nodes, std::vector<std::string> extra = {},
+          std::string url = "", std::string admin_url = "");
 
   Process& process(const std::string& node_id);
   std::vector<std::string> node_ids() const;
-  // Starts one more node (or restarts a dead one) with the same flags.
-  void start(const std::string& node_id);
+  // Starts one more node (or restarts a dead one) with the same flags, and `more` of its own
+  // (which replace the defaults of the same name);
+  // `program` instead of demo_node (batond, say).
+  void start(const std::string& node_id, const std::vector<std::string>& more = {},
+             const std::string& program = "demo_node");
 
   // The node holding a valid lease in the lock row, "" when none.
   std::string leader();
@@ -30,7 +36,7 @@ class Cluster {
 
   pqxx::connection& db() { return *db_; }
   // Opens the test's own connection again (after a server restart).
-  void reconnect() { db_ = connect(schema_); }
+  void reconnect() { db_ = connect(schema_, admin_url_); }
   long long count(const std::string& sql) { return query_int(*db_, sql); }
   // Every node's log, for failure messages.
   std::string logs() const;
@@ -39,10 +45,16 @@ class Cluster {
 
  private:
   std::string schema_;
+  std::string url_;
+  std::string admin_url_;
   std::string dir_;
   std::vector<std::string> extra_;
   std::vector<std::pair<std::string, std::unique_ptr<Process>>> nodes_;
   std::unique_ptr<pqxx::connection> db_;
 };
+
+// Runs batonctl on `cluster`'s schema as the test database's superuser; its output, and its exit
+// code in `rc`.
+std::string ctl(const Cluster& cluster, const std::string& args, int* rc = nullptr);
 
 }  // namespace baton::test

@@ -50,8 +50,8 @@ std::string unique_schema(const std::string& what) {
          "_" + std::to_string(counter.fetch_add(1));
 }
 
-std::unique_ptr<pqxx::connection> connect(const std::string& schema) {
-  auto conn = std::make_unique<pqxx::connection>(database_url());
+std::unique_ptr<pqxx::connection> connect(const std::string& schema, const std::string& url) {
+  auto conn = std::make_unique<pqxx::connection>(url.empty() ? database_url() : url);
   pqxx::nontransaction tx(*conn);
   tx.exec("SET search_path TO " + tx.quote_name(schema));
   return conn;

@@ -25,8 +25,8 @@ std::string database_url();
 // A schema name no other test uses ("t_<what>_<pid>_<n>"); baton's tables go there.
 std::string unique_schema(const std::string& what);
 
-// A connection with search_path set to `schema`.
-std::unique_ptr<pqxx::connection> connect(const std::string& schema);
+// A connection with search_path set to `schema`, to `url` (default: the test database).
+std::unique_ptr<pqxx::connection> connect(const std::string& schema, const std::string& url = "");
 
 // One value of a query, as text ("" for NULL).
 std::string query_value(pqxx::connection& conn, const std::string& sql);

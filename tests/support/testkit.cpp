@@ -145,6 +145,27 @@ std::string http_get(const std::string& host_port, const std::string& path) {
   return response.substr(body + 4);
 }
 
+std::string scrape(const std::string& host_port) {
+  std::string page = http_get(host_port, "/metrics");
+  std::string out;
+  out.reserve(page.size());
+  for (std::size_t i = 0; i < page.size();) {
+    if (page.compare(i, 12, "deployment=\"") == 0) {
+      const auto end = page.find('"', i + 12);
+      if (end == std::string::npos) break;
+      i = end + 1;
+      if (i < page.size() && page[i] == ',') ++i;
+      if (!out.empty() && out.back() == '{' && i < page.size() && page[i] == '}') {
+        out.pop_back();  // the only label: no braces left
+        ++i;
+      }
+      continue;
+    }
+    out += page[i++];
+  }
+  return out;
+}
+
 int run_command(const std::string& command, std::string* output) {
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return -1;
@@ -177,7 +198,10 @@ std::string temp_dir(const std::string& what) {
 }
 
 std::string binary(const std::string& name) {
-  return std::string(BATON_BIN_DIR) + "/" + name;
+  // The tools (batond, batonctl), else the examples (demo_node, email_sender, ...).
+  const std::string tool = std::string(BATON_BIN_DIR) + "/" + name;
+  if (access(tool.c_str(), X_OK) == 0) return tool;
+  return std::string(BATON_EXAMPLES_DIR) + "/" + name;
 }
 
 }  // namespace baton::test
@@ -210,7 +234,12 @@ ThrowawayServer::ThrowawayServer(const std::string& dir) : dir_(dir) {
   if (run_command(std::string(BATON_SOURCE_DIR) + "/scripts/pg start " + dir + "/pg", &out) != 0) {
     throw std::runtime_error("cannot start a throwaway PostgreSQL: " + out);
   }
-  url_ = out.substr(0, out.find('\n'));
+  // The URL from the file scripts/pg writes, not from its output (which may carry a warning).
+  std::ifstream in(dir + "/pg/url");
+  std::getline(in, url_);
+  if (url_.rfind("postgresql://", 0) != 0) {
+    throw std::runtime_error("a throwaway PostgreSQL started but wrote no URL: " + out);
+  }
 }
 
 ThrowawayServer::~ThrowawayServer() {

@@ -48,13 +48,17 @@ class Process {
 // GET http://host:port/path; returns the body, or "" on any failure.
 std::string http_get(const std::string& host_port, const std::string& path);
 
+// GET host:port/metrics, with the deployment label (which every sample carries) taken out, so
+// that tests can look for exact series such as baton_leader 1.
+std::string scrape(const std::string& host_port);
+
 // Runs a shell command; returns its exit code and fills `output` with stdout and stderr.
 int run_command(const std::string& command, std::string* output);
 
 // Sum of every sample of `name` (exact metric name, any labels) in a Prometheus text page.
 double metric_sum(const std::string& page, const std::string& name);
 
-// Path to a built binary, from the BATON_BIN_DIR compile definition.
+// Path to a built binary: a tool (batond, batonctl) or an example (demo_node, ...).
 std::string binary(const std::string& name);
 
 // A PostgreSQL server of a test's own (scripts/pg in `dir`/pg), destroyed with the object.

@@ -1,6 +1,8 @@
 // Config validation and parsing: every bad value is refused with a message naming the setting.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <baton/config.h>
 
 #include "baton/detail/db.h"
@@ -56,19 +58,49 @@ TEST(Config, DefaultsAreValidAndFillNodeId) {
   EXPECT_NE(c.node_id.find(':'), std::string::npos) << "default node id is host:pid";
 }
 
-TEST(Config, RequiresDatabaseUrl) {
+TEST(Config, TakesDatabaseUrlFromTheEnvironmentOrRequiresIt) {
+  const char* saved = std::getenv("DATABASE_URL");
+  const std::string keep = saved != nullptr ? saved : "";
+  unsetenv("DATABASE_URL");
   NodeConfig c;
   EXPECT_NE(error_of(c).find("DATABASE_URL"), std::string::npos);
+  setenv("DATABASE_URL", "postgresql://u@127.0.0.1:5432/db", 1);
+  NodeConfig from_env;
+  EXPECT_NO_THROW(from_env.validate());
+  EXPECT_EQ(from_env.database_url, "postgresql://u@127.0.0.1:5432/db");
+  if (saved != nullptr) {
+    setenv("DATABASE_URL", keep.c_str(), 1);
+  } else {
+    unsetenv("DATABASE_URL");
+  }
 }
 
-TEST(Config, RenewMustBeWellUnderTtl) {
+TEST(Config, TheLeadersOwnLeaseEndsFirstAndLeavesRoomForTwoFailedRenewals) {
   NodeConfig c = valid();
+  c.lock_ttl = Millis(2000);
   c.renew_interval = Millis(2000);
   EXPECT_NE(error_of(c).find("renew-interval"), std::string::npos);
-  c.renew_interval = Millis(700);  // > 2000 / 3
-  EXPECT_NE(error_of(c).find("lock-ttl / 3"), std::string::npos);
-  c.renew_interval = Millis(600);
+  // Own lease: 2000 x 0.99 - 100 = 1880 ms; a third is 626 ms.
+  EXPECT_EQ(c.local_lease(), Millis(1880));
+  c.renew_interval = Millis(627);
+  const auto error = error_of(c);
+  EXPECT_NE(error.find("more than a third of the leader's own lease (lock-ttl 2000ms x 0.99 - "
+                       "lease-margin 100ms = 1880ms)"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("use renew-interval <= 626ms"), std::string::npos) << error;
+  c.renew_interval = Millis(626);
   EXPECT_EQ(error_of(c), "");
+  // A margin that leaves no lease at all is refused, naming the relation.
+  c.lease_margin = Millis(1970);
+  EXPECT_NE(error_of(c).find("lease-margin"), std::string::npos);
+  c.lease_margin = Millis(5);
+  EXPECT_NE(error_of(c).find("at least 10ms"), std::string::npos);
+  // The defaults keep the order: 500 ms on the database's side, 395 ms on the leader's.
+  NodeConfig d = valid();
+  EXPECT_EQ(d.local_lease(), Millis(395));
+  EXPECT_LT(d.local_lease(), d.lock_ttl);
+  EXPECT_LE(d.renew_interval * 3, d.local_lease());
 }
 
 TEST(Config, RefusesNonPositiveDurationsAndBadNumbers) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,8 +29,9 @@ struct ClientOptions {
 
 class Client {
  public:
-  // Connects at once; throws pqxx::broken_connection when the database is unreachable.
-  explicit Client(const std::string& database_url, ClientOptions options = {});
+  // Connects at once: to `database_url`, or to $DATABASE_URL when it is empty. Throws
+  // ConfigError when neither is set, pqxx::broken_connection when the database is unreachable.
+  explicit Client(const std::string& database_url = "", ClientOptions options = {});
   explicit Client(const std::string& database_url, std::string schema)
       : Client(database_url, ClientOptions{.schema = std::move(schema)}) {}
   ~Client();
@@ -53,10 +55,25 @@ class Client {
   // Enqueues jobs with options of their own, in one statement, one NOTIFY per queue. Returns the
   // ids of the jobs inserted, in order; a job whose idempotency key is live already is skipped.
   std::vector<std::int64_t> enqueue_batch(const std::vector<NewJob>& jobs);
+  // The same, with the jobs as the SQL API's JSON objects: "type" and any of queue, payload,
+  // priority, run_at, delay_ms, max_attempts, partition_key, idempotency_key, timeout_ms. The
+  // database checks every key and value; EnqueueError names the first bad one.
+  std::vector<std::int64_t> enqueue_objects(const nlohmann::json& jobs);
 
   // Declares `queue` ordered with `partitions` partitions (1..4096): jobs with the same
   // partition_key run one at a time, in enqueue order. Declare before enqueueing.
   void declare_ordered_queue(std::string_view queue, int partitions);
+
+  // Cancels a job (see CancelResult): one not started yet never runs; a running one sees
+  // JobContext::cancelled() and ends as cancelled. Needs EXECUTE on baton.cancel.
+  CancelResult cancel(std::int64_t id);
+  // Cancels the job enqueued with this idempotency key (the live one). not_found when none.
+  CancelResult cancel(std::string_view queue, std::string_view idempotency_key);
+  // Where the job is now; nullopt when there is no such job (or its history was pruned).
+  // Needs EXECUTE on baton.job_status.
+  std::optional<JobStatus> status(std::int64_t id);
+  // The job enqueued with this idempotency key: the live one, else the newest finished one.
+  std::optional<JobStatus> status(std::string_view queue, std::string_view idempotency_key);
 
   // Typed form: T needs to_json and a static `type_name` (e.g. "send_email").
   template <class T>

@@ -20,10 +20,20 @@ class ConfigError : public std::invalid_argument {
 };
 
 struct NodeConfig {
-  // libpq connection string, URI (postgresql://...) or key=value form. Required.
+  // libpq connection string, URI (postgresql://...) or key=value form. Empty: $DATABASE_URL.
+  // Handlers' transactions use it; so do the election and the claims unless
+  // election_database_url is set.
   std::string database_url;
+  // A direct connection (or a session-mode pool) for the sessions that must stay one server
+  // session: the election, claims, outcomes and the leader's services. Set it when database_url
+  // goes through a transaction pooler (PgBouncer pool_mode=transaction), which breaks session
+  // advisory locks, LISTEN and session settings. Empty: database_url.
+  std::string election_database_url;
   // Schema holding baton's tables: [a-z_][a-z0-9_]{0,62}.
   std::string schema = "baton";
+  // A name for the deployment in metrics: every family carries deployment="<cluster>/<schema>"
+  // (just "<schema>" when empty), so one Prometheus can watch several deployments.
+  std::string cluster;
   // This node's name in the lock row, the nodes table and application_name. Default host:pid.
   std::string node_id;
   // Handler threads of the leader's pool.
@@ -47,9 +57,18 @@ struct NodeConfig {
   // Election (leader/): the lock row is (lock_key, region).
   std::string lock_key = "baton-leader";
   std::string region = "default";
-  Millis lock_ttl{2000};         // a lease not renewed for this long is lost
-  Millis renew_interval{200};    // must be under lock_ttl / 3
-  Millis retry_interval{100};    // how often a follower tries to take the lock
+  //
+  // The lease (docs/concepts.md, "Lease ordering"). lock_ttl is the lease on the database's side:
+  // the lock row expires this long after a renewal (a follower may then evict the holder), and
+  // the server ends an election session silent this long (idle_session_timeout), which frees the
+  // lock. The leader's own lease, on its steady clock from the send time of its last successful
+  // renewal, is shorter by a margin: local_lease() = lock_ttl * (1 - 1 %) - lease_margin. At its
+  // end the leader stops starting jobs, cancels running ones and reports baton_leader 0, before
+  // the database can let another node lead.
+  Millis lock_ttl{500};
+  Millis lease_margin{100};      // for scheduling delay (a thread woken late, a slow renewal)
+  Millis renew_interval{100};    // at most local_lease() / 3: two renewals may fail
+  Millis retry_interval{25};     // how often a follower tries the lock (a tiny query each)
   Millis shutdown_grace{10000};  // how long SIGTERM waits for in-flight jobs
 
   // Finished jobs stay in job_history this long; the leader prunes older rows in small batches.
@@ -62,8 +81,15 @@ struct NodeConfig {
   // Node::run() turns the first SIGTERM/SIGINT into a graceful stop, the second into an abandon.
   bool handle_signals = true;
 
-  // Throws ConfigError naming the first bad setting. Fills node_id when empty.
+  // Throws ConfigError naming the first bad setting. Fills node_id when empty, and database_url
+  // from $DATABASE_URL when empty.
   void validate();
+
+  // The leader's own lease: lock_ttl less the clock-rate allowance (1 %) and lease_margin.
+  Millis local_lease() const;
+
+  // "<cluster>/<schema>", or "<schema>" without a cluster name: the metrics' deployment label.
+  std::string deployment() const { return cluster.empty() ? schema : cluster + "/" + schema; }
 };
 
 // Parses "250ms", "2s", "1.5s", "3m", "1h" (a bare number is refused: units are required).

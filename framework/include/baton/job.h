@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,9 @@ struct Job {
   int max_attempts = 0;
   std::int64_t epoch = 0;  // the leader's fencing epoch under which it was claimed
   std::chrono::system_clock::time_point enqueued_at{};  // when it was enqueued (database clock)
+  // The same for every attempt on every node and epoch: the producer's idempotency key when it
+  // gave one, else "baton:<schema>:<job id>".
+  std::string idempotency_key;
 };
 
 // Options of an enqueue. Defaults: queue "default", priority 0 (lower runs first), now, 10 tries.
@@ -39,6 +43,30 @@ struct EnqueueOptions {
   std::chrono::milliseconds timeout{0};
 };
 
+// What a cancel did (baton.cancel, Client::cancel, Admin::cancel).
+enum class CancelResult {
+  cancelled,   // it had not started: it is in job_history as cancelled now
+  cancelling,  // it is running: its handler sees cancelled(); it ends as cancelled (or completed)
+  finished,    // it had finished already (completed, cancelled or dead): nothing changed
+  not_found,   // no such job
+};
+std::string_view to_string(CancelResult result);
+
+// Where a job is now (Client::status). `status` is one of: available, scheduled, running,
+// cancelling (live); completed, cancelled (in job_history); dead (in dead_jobs).
+struct JobStatus {
+  std::int64_t id = 0;
+  std::string queue;
+  std::string type;
+  std::string status;
+  int attempts = 0;
+  int max_attempts = 0;  // 0 for finished jobs (history does not keep it)
+  std::optional<std::chrono::system_clock::time_point> run_at;
+  std::chrono::system_clock::time_point created_at{};
+  std::optional<std::chrono::system_clock::time_point> finished_at;
+  std::string last_error;  // empty when none
+};
+
 // One job of a batch.
 struct NewJob {
   std::string type;
@@ -49,25 +77,43 @@ struct NewJob {
 // Handed to a handler for one run of one job. Not shared: one context per run.
 class JobContext {
  public:
+  // `cancelled` is the only source of cancellation: for tests of a handler.
   JobContext(Job job, std::chrono::steady_clock::time_point deadline,
              const std::atomic<bool>& cancelled)
-      : job_(std::move(job)), deadline_(deadline), cancelled_(cancelled) {}
+      : JobContext(std::move(job), deadline, cancelled, cancelled) {}
+  // `leadership_ended`: the epoch of this run ended or the node is stopping (the job will run
+  // again elsewhere). `cancel_asked`: a producer or operator cancelled the job (it will not).
+  JobContext(Job job, std::chrono::steady_clock::time_point deadline,
+             const std::atomic<bool>& leadership_ended, const std::atomic<bool>& cancel_asked)
+      : job_(std::move(job)),
+        deadline_(deadline),
+        leadership_ended_(leadership_ended),
+        cancel_asked_(cancel_asked) {}
 
   const Job& job() const { return job_; }
   nlohmann::json payload() const { return nlohmann::json::parse(job_.payload); }
   // Past the deadline the run counts as failed; long handlers should check it.
   std::chrono::steady_clock::time_point deadline() const { return deadline_; }
-  // True once the node lost leadership or is shutting down: stop early, the job runs again.
-  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
-  // "<job id>:<epoch>": pass it downstream so that effects outside PostgreSQL dedupe.
-  std::string idempotency_key() const {
-    return std::to_string(job_.id) + ":" + std::to_string(job_.epoch);
+  // True once this run should stop early: the node lost leadership or is shutting down (the job
+  // runs again), or the job was cancelled (it does not). Check it in long loops.
+  bool cancelled() const {
+    return leadership_ended_.load(std::memory_order_relaxed) ||
+           cancel_asked_.load(std::memory_order_relaxed);
   }
+  // True when the job itself was cancelled (baton.cancel, Client::cancel, batonctl jobs cancel).
+  bool cancel_requested() const { return cancel_asked_.load(std::memory_order_relaxed); }
+  // Pass it downstream so that effects outside PostgreSQL happen once: it is the same for every
+  // attempt of this job on every node and epoch (see Job::idempotency_key).
+  const std::string& idempotency_key() const { return job_.idempotency_key; }
+  // The epoch this run was claimed under: it only grows. A receiver that remembers the highest
+  // token it saw per job (or resource) can refuse a write from a deposed leader's late run.
+  std::int64_t fencing_token() const { return job_.epoch; }
 
  private:
   Job job_;
   std::chrono::steady_clock::time_point deadline_;
-  const std::atomic<bool>& cancelled_;
+  const std::atomic<bool>& leadership_ended_;
+  const std::atomic<bool>& cancel_asked_;
 };
 
 }  // namespace baton

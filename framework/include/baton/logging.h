@@ -14,4 +14,7 @@ enum class LogFormat { text, json };
 // Throws ConfigError for an unknown level.
 void configure_logging(const std::string& node_id, LogFormat format, std::string_view level);
 
+// Throws ConfigError unless `level` is one configure_logging takes.
+void check_log_level(std::string_view level);
+
 }  // namespace baton

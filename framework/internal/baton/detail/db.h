@@ -16,14 +16,39 @@ struct ConnectOptions {
   std::string url{};               // any libpq form
   std::string schema = "baton";    // validated identifier
   std::string application_name{};  // the node id, so a dead node's backends can be found
-  // 0 leaves the server default. Set on the election session (see DESIGN.md section 4).
+  // Session settings, each fitting the connection's role (0 leaves the server's default):
   int statement_timeout_ms = 0;
-  int idle_session_timeout_ms = 0;
+  int idle_session_timeout_ms = 0;         // the election session (docs/concepts.md)
+  int idle_in_transaction_timeout_ms = 0;  // a transaction left open this long is ended
+  int lock_timeout_ms = 0;
+  bool synchronous_commit_off = false;
+  // The server's own TCP dead-peer detection on this session takes at least this long (the
+  // election session: never sooner than its lease).
+  int server_keepalive_ms = 0;
+  // False: no SET at all (not even search_path), for a connection that may go through a
+  // transaction pooler, where a session's SET would reach whichever client gets the server
+  // connection next. Its SQL must name the schema (with_schema) or SET LOCAL per transaction.
+  bool session_settings = true;
 };
 
-// Opens a connection with short TCP keepalives, application_name and search_path set.
-// Throws pqxx::broken_connection (with the password never in the message) when it fails.
+// Opens a connection with short client-side TCP bounds (keepalives, tcp_user_timeout, a 2 s
+// connect timeout, unless the URL sets them), application_name, search_path and the session
+// settings. Throws pqxx::broken_connection (with the password never in the message).
 std::unique_ptr<pqxx::connection> connect(const ConnectOptions& options);
+
+// The same, for a node component that must stop on time: CallWatch::abort(owner) ends the wait
+// at once (a connect to a network that drops packets would hold it for the connect timeout),
+// throwing pqxx::broken_connection. The abandoned attempt finishes on a thread of its own and is
+// then closed.
+std::unique_ptr<pqxx::connection> connect(const ConnectOptions& options,
+                                          std::uintptr_t abort_owner);
+
+// "" when sessions opened with `options` stay one server session each; otherwise why not (a
+// transaction pooler such as PgBouncer in pool_mode=transaction hands each transaction to any
+// server connection, so session advisory locks, LISTEN and SET do not last) and what to do.
+// Opens two connections for the probe, and sets nothing on them. A non-zero `abort_owner` makes
+// the probe end at once on CallWatch::abort(abort_owner).
+std::string transaction_pooling(const ConnectOptions& options, std::uintptr_t abort_owner = 0);
 
 // Throws baton::ConfigError unless `name` is [a-z_][a-z0-9_]{0,62}.
 void validate_schema_name(std::string_view name);
@@ -54,6 +79,14 @@ inline std::string node_application_name(std::string_view node_id, std::string_v
 // The message with every "password=..." value replaced by ********, for error messages that may
 // echo a mistyped connection string.
 std::string scrub(std::string message);
+
+// A server error as one line for people: the message, then its DETAIL and HINT, without the
+// "ERROR:" prefix and without CONTEXT lines (which only name PL/pgSQL internals).
+std::string server_message(const pqxx::sql_error& e);
+
+// True when connecting failed because the server refused the credentials: a wrong password, a
+// role that may not log in, no pg_hba.conf entry (libpq reports these as text only).
+bool is_authentication_error(const std::exception& e);
 
 // True for errors that mean the connection is gone (as opposed to a bad statement).
 bool is_connection_error(const std::exception& e);

@@ -1,6 +1,10 @@
-// The job table's state changes, each one statement and each fenced by the leader's epoch
-// (DESIGN.md section 4): a claim succeeds only while the lock row shows the claimer's epoch, and
-// every outcome applies only to a row still running under the epoch that claimed it.
+// The job table's state changes, each one statement and each fenced (docs/concepts.md, "Fencing"):
+// a claim succeeds only while the lock row shows the claimer's epoch, and every outcome applies
+// only to a row still running under the claim that produced it.
+//
+// Epochs are per lock row, so a job records the lock group (region/lock_key) whose leader
+// claimed it, and every statement that compares epochs does so within that group. A job also
+// counts its claims (never reset); that count is the claim's token, which every outcome matches.
 #pragma once
 
 #include <chrono>
@@ -14,45 +18,76 @@
 
 namespace baton::detail {
 
+struct LockName {
+  std::string lock_key;
+  std::string region;
+  // How jobs name the group whose leader claimed them: "<region>/<lock_key>" (both follow the
+  // naming rule, which has no '/', so the text is unambiguous).
+  std::string group() const { return region + "/" + lock_key; }
+};
+
+// The leader of `lock` at `epoch`, as it claims and settles jobs.
+struct Claimer {
+  LockName lock;
+  std::string node_id;
+  std::int64_t epoch = 0;
+};
+
+struct ClaimFilter {
+  std::vector<std::string> queues;  // empty: every queue
+  std::vector<std::string> except;  // never these queues
+  std::vector<std::string> types;   // only jobs of these types (the node's handlers)
+  // Skip rows another transaction holds (an operator's SELECT ... FOR UPDATE) instead of
+  // waiting for them. Costs a row lock per job, so the poller uses it only after a claim waited.
+  bool skip_locked = false;
+};
+
 struct ClaimedJob {
   Job job;
+  std::int64_t token = 0;                           // the job's claim count: fences outcomes
   int timeout_ms = 0;                               // 0: none
   double wait_seconds = 0;                          // run_at to claim
   double since_enqueue_seconds = 0;                 // created_at to claim
   std::chrono::steady_clock::time_point claimed{};  // this node's clock, when the claim returned
   std::string row_at;  // the row's address (ctid) after the claim, for its completion
+  bool cancel_requested = false;
 };
 
-struct LockName {
-  std::string lock_key;
-  std::string region;
+// Claims up to `limit` available, due jobs that `filter` admits (and not of paused queues) for
+// the claimer. `schema` names the deployment in the jobs' derived idempotency keys.
+std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
+                                   const ClaimFilter& filter, const std::string& schema = "baton");
+
+struct Rescued {
+  std::size_t requeued = 0;
+  std::size_t dead = 0;       // the lost run was the last attempt: dead with reason `crashed`
+  std::size_t cancelled = 0;  // cancellation had been asked: in history as cancelled
 };
 
-// Claims up to `limit` available, due jobs of `queues` (all when empty) but not of `except`,
-// nor of paused queues, for (node, epoch).
-std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const LockName& lock,
-                                   const std::string& node_id, std::int64_t epoch, int limit,
-                                   const std::vector<std::string>& queues,
-                                   const std::vector<std::string>& except = {});
+// Running jobs that no live run will finish: those of this group claimed under an older epoch
+// (but not `still_running`, jobs this node runs since an earlier epoch of its own), and those of
+// another group that has had no valid lease for `leaderless_grace` (its nodes are gone). Each goes
+// back to the queue with the crash in its errors, or to dead_jobs when the lost run was its last
+// attempt. Rows locked by an unfinished commit are skipped (the next pass takes them).
+Rescued rescue_lost(pqxx::connection& conn, const Claimer& claimer,
+                    const std::vector<std::int64_t>& still_running,
+                    std::chrono::milliseconds leaderless_grace);
 
-// Moves running jobs of epochs older than `epoch` back to available. Returns how many. Rows
-// locked by a deposed leader's unfinished commit are skipped (the next pass takes them).
-std::size_t rescue_older_epochs(pqxx::connection& conn, std::int64_t epoch);
+// This group's running jobs with a timeout that produced no outcome within timeout + grace (a hung
+// handler): retried, or dead when no attempt is left. Returns how many.
+std::size_t rescue_timed_out(pqxx::connection& conn, const Claimer& claimer, std::int64_t grace_ms);
 
-// Running jobs with a timeout that produced no outcome within timeout + grace: retried, or dead
-// when no attempt is left. Returns how many.
-std::size_t rescue_timed_out(pqxx::connection& conn, std::int64_t grace_ms);
+// Jobs running under this claimer that a producer or operator asked to cancel.
+std::vector<std::int64_t> cancel_requested(pqxx::connection& conn, const Claimer& claimer);
 
 // Deletes up to `batch` history rows finished longer than `retention_ms` ago. Returns how many.
 std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch);
 
-// Outcomes are fenced on (epoch, attempt): a late outcome of an attempt that was rescued and
-// claimed again, even by the same leader, matches no row.
 struct Completion {
   std::int64_t id;
   std::int64_t epoch;
+  std::int64_t token;
   double run_seconds;
-  int attempt;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
   std::string row_at{};  // from the claim: lets the completion skip an index lookup; may be empty
@@ -60,10 +95,11 @@ struct Completion {
 struct Failure {
   std::int64_t id;
   std::int64_t epoch;
-  int attempt;
+  std::int64_t token;
+  int attempt;  // for the error history
   std::string error;
   bool dead;           // true: move to dead_jobs now
-  std::string reason;  // for dead: exhausted, unknown_type, bad_payload, discarded
+  std::string reason;  // for dead: exhausted, bad_payload, discarded
   std::int64_t retry_delay_ms;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
@@ -74,16 +110,17 @@ struct Failure {
 struct Release {
   std::int64_t id;
   std::int64_t epoch;
-  int attempt;
+  std::int64_t token;
 };
 
 // Completes one job inside the caller's transaction (transactional handlers). False when the job
-// is no longer running under `epoch`: the caller must roll back (fenced).
+// is no longer running under that claim: the caller must roll back (fenced).
 bool complete_in(pqxx::work& tx, const Completion& done);
 
 // Applies outcomes in one transaction. Returns how many completions and failures were applied;
 // the ids of the rest (the fenced ones) go to `fenced` when given. Releases that no longer match
-// (a newer epoch rescued the job) are ignored.
+// (a newer epoch rescued the job) are ignored. A failure of a job whose cancellation was asked
+// goes to history as cancelled instead of being retried.
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed,
                            std::vector<std::int64_t>* fenced = nullptr,

@@ -18,6 +18,8 @@ class ErrorObserver {
   virtual ~ErrorObserver() = default;
   // A database error in one of the node's loops (`component`: elector, poller, completer, ...).
   virtual void database_error(std::string_view component) = 0;
+  // The database refused the node's credentials (a wrong password, no pg_hba entry).
+  virtual void authentication_failed() {}
 };
 
 class JobObserver : public virtual ErrorObserver {
@@ -46,11 +48,21 @@ struct QueueDepth {
   std::int64_t dead = 0;  // rows in dead_jobs
 };
 
+// Due jobs of a type the leader has no handler for: they wait for a leader that has one.
+struct UnhandledJobs {
+  std::string queue;
+  std::string type;
+  std::int64_t count = 0;
+  double oldest_seconds = 0;
+};
+
 class QueueObserver {
  public:
   virtual ~QueueObserver() = default;
   // The whole picture, every sample: queues missing from it have no live jobs.
   virtual void queue_depths(const std::vector<QueueDepth>& depths) = 0;
+  // Every sample, the whole list (empty when every due job has a handler here).
+  virtual void unhandled_jobs(const std::vector<UnhandledJobs>& jobs) = 0;
   // This node stopped sampling (it no longer leads): its depth figures are stale.
   virtual void queue_depths_cleared() = 0;
 };
@@ -71,6 +83,8 @@ class LeaderObserver : public virtual ErrorObserver {
   virtual void renewed() = 0;
   virtual void renewal_failed() = 0;
   virtual void evicted_holder() = 0;
+  // A session that is not a node holds the leader lock while no node leads (true), or no longer.
+  virtual void stranger_holds_lock(bool holds) = 0;
 };
 
 }  // namespace baton::detail

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <optional>
 
@@ -27,6 +28,8 @@ class HandlerRegistry {
   const HandlerEntry* find(const std::string& type) const;
   void freeze() { frozen_ = true; }
   std::size_t size() const { return handlers_.size(); }
+  // The registered types, sorted.
+  std::vector<std::string> types() const;
 
  private:
   void insert(const std::string& type, HandlerEntry entry);

@@ -1,0 +1,132 @@
+// Deadlines and aborts for blocking database calls (see call_watch.h).
+#include "baton/detail/call_watch.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace baton::detail {
+
+struct CallWatch::State {
+  struct Call {
+    std::uint64_t id;
+    int fd;
+    Clock::time_point deadline;
+    Owner owner;
+    bool cut = false;
+  };
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<Call> calls;
+  std::multiset<Owner> aborting;
+  std::uint64_t next_id = 1;
+  std::atomic<std::uint64_t> cut_count{0};
+  bool stopping = false;
+  std::thread thread;
+
+  // Under mutex.
+  void cut_call(Call& c) {
+    if (c.cut) return;
+    c.cut = true;
+    ::shutdown(c.fd, SHUT_RDWR);  // libpq sees the connection end; the fd stays open
+    cut_count.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+CallWatch& CallWatch::instance() {
+  // Never destroyed: a thread abandoned at shutdown (stuck on the network) may still disarm its
+  // call while the process exits.
+  static CallWatch* const watch = new CallWatch();  // NOLINT(cppcoreguidelines-owning-memory)
+  return *watch;
+}
+
+CallWatch::CallWatch() : state_(std::make_unique<State>()) {
+  state_->thread = std::thread([this] { loop(); });
+  state_->thread.detach();
+}
+
+CallWatch::~CallWatch() = default;
+
+CallWatch::Armed::~Armed() {
+  if (id_ != 0) CallWatch::instance().disarm(id_);
+}
+
+CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point deadline,
+                                Owner owner) {
+  const int fd = conn.sock();
+  if (fd < 0) return Armed();
+  auto& s = *state_;
+  std::uint64_t id = 0;
+  bool earliest = false;
+  {
+    std::lock_guard lock(s.mutex);
+    id = s.next_id++;
+    earliest = std::all_of(s.calls.begin(), s.calls.end(),
+                           [&](const State::Call& c) { return deadline < c.deadline; });
+    s.calls.push_back({id, fd, deadline, owner});
+    if (s.aborting.count(owner) != 0) s.cut_call(s.calls.back());
+  }
+  if (earliest) s.cv.notify_all();
+  return Armed(id);
+}
+
+void CallWatch::disarm(std::uint64_t id) {
+  std::lock_guard lock(state_->mutex);
+  auto& calls = state_->calls;
+  calls.erase(
+      std::remove_if(calls.begin(), calls.end(), [id](const State::Call& c) { return c.id == id; }),
+      calls.end());
+}
+
+void CallWatch::abort(Owner owner) {
+  std::lock_guard lock(state_->mutex);
+  state_->aborting.insert(owner);
+  for (auto& c : state_->calls) {
+    if (c.owner == owner) state_->cut_call(c);
+  }
+}
+
+void CallWatch::end_abort(Owner owner) {
+  std::lock_guard lock(state_->mutex);
+  const auto it = state_->aborting.find(owner);
+  if (it != state_->aborting.end()) state_->aborting.erase(it);
+}
+
+bool CallWatch::aborting(Owner owner) const {
+  std::lock_guard lock(state_->mutex);
+  return state_->aborting.count(owner) != 0;
+}
+
+std::uint64_t CallWatch::cut() const {
+  return state_->cut_count.load(std::memory_order_relaxed);
+}
+
+void CallWatch::loop() {
+  auto& s = *state_;
+  std::unique_lock lock(s.mutex);
+  while (!s.stopping) {
+    const auto now = Clock::now();
+    auto next = Clock::time_point::max();
+    for (auto& c : s.calls) {
+      if (c.cut) continue;
+      if (c.deadline <= now) {
+        s.cut_call(c);
+      } else {
+        next = std::min(next, c.deadline);
+      }
+    }
+    if (next == Clock::time_point::max()) {
+      s.cv.wait(lock);
+    } else {
+      s.cv.wait_until(lock, next);
+    }
+  }
+}
+
+}  // namespace baton::detail

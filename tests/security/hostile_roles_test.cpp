@@ -1,0 +1,163 @@
+// Attacks by roles that can connect: a producer with the documented grants, and a stranger with
+// nothing but CONNECT (and USAGE on the schema, to make every door worth trying). Each test is the
+// attacker's move and what must hold afterwards. The schema's owner is the test's superuser: the
+// worst case, where running as the owner means running as a superuser.
+#include <gtest/gtest.h>
+
+#include <pqxx/pqxx>
+
+#include "support/roles.h"
+#include "support/schema_test.h"
+
+namespace {
+
+using namespace baton::test;
+
+class HostileRoles : public SchemaTest {
+ protected:
+  void SetUp() override {
+    SchemaTest::SetUp();
+    producer_ = role_name(schema_, "producer");
+    stranger_ = role_name(schema_, "stranger");
+    operator_ = role_name(schema_, "operator");
+    pqxx::nontransaction tx(*db_);
+    for (const auto& r : {producer_, stranger_, operator_})
+      tx.exec("CREATE ROLE " + tx.quote_name(r) + " LOGIN");
+    tx.exec(documented_block("sql-api.md", "producer", "producer", schema_, producer_));
+    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + stranger_);
+    tx.exec(documented_block("security.md", "operator", "baton_operator", schema_, operator_));
+  }
+  std::unique_ptr<pqxx::connection> as(const std::string& role) {
+    auto conn = std::make_unique<pqxx::connection>(url_as(role));
+    pqxx::nontransaction(*conn).exec("SET search_path TO public");
+    return conn;
+  }
+  // Runs `sql` and returns "" or the error's text.
+  static std::string attempt(pqxx::connection& conn, const std::string& sql) {
+    try {
+      pqxx::nontransaction tx(conn);
+      tx.exec(sql);
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+  std::string q(const std::string& name) { return schema_ + "." + name; }
+
+  std::string producer_, stranger_, operator_;
+};
+
+TEST_F(HostileRoles, AProducersTempJobsTableWithATriggerNeverRunsAsTheOwner) {
+  auto attacker = as(producer_);
+  const std::string planted = "pwned_" + std::to_string(getpid());
+  {
+    pqxx::nontransaction tx(*attacker);
+    // A temp `jobs` that the unqualified name would find first, with a unique index for the
+    // ON CONFLICT clause and a trigger that would run as the function's owner.
+    tx.exec(
+        "CREATE TEMP TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY, queue text, "
+        "partition int, partition_key text, type text, payload jsonb, priority int, "
+        "run_at timestamptz, max_attempts int, idempotency_key text, timeout_ms int)");
+    tx.exec(
+        "CREATE UNIQUE INDEX ON pg_temp.jobs (queue, idempotency_key) "
+        "WHERE idempotency_key IS NOT NULL");
+    tx.exec(
+        "CREATE FUNCTION pg_temp.evil() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "EXECUTE 'CREATE TABLE public." +
+        planted + " (x int)'; RETURN NEW; END $$");
+    tx.exec(
+        "CREATE TRIGGER evil BEFORE INSERT ON pg_temp.jobs FOR EACH ROW "
+        "EXECUTE FUNCTION pg_temp.evil()");
+  }
+  EXPECT_EQ(attempt(*attacker, "SELECT " + q("enqueue") + "('default', 'noop')"), "");
+  EXPECT_EQ(attempt(*attacker, "SELECT * FROM " + q("enqueue_many") + "('[{\"type\": \"noop\"}]')"),
+            "");
+  EXPECT_EQ(count("SELECT count(*) FROM pg_tables WHERE tablename = '" + planted + "'"), 0)
+      << "the producer's trigger ran as the schema's owner";
+  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs")), 2) << "the jobs went to the temp table";
+}
+
+TEST_F(HostileRoles, AProducersTempSettingsNeverLiftThePayloadLimit) {
+  auto attacker = as(producer_);
+  {
+    pqxx::nontransaction tx(*attacker);
+    tx.exec("CREATE TEMP TABLE settings (key text PRIMARY KEY, value text)");
+    tx.exec("INSERT INTO pg_temp.settings VALUES ('max_payload_bytes', '100000000')");
+  }
+  const auto error = attempt(*attacker, "SELECT " + q("enqueue") +
+                                            "('default', 'noop', jsonb_build_object('blob', "
+                                            "repeat('x', 2000000)))");
+  EXPECT_NE(error.find("the limit is 1048576 bytes"), std::string::npos) << error;
+  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs")), 0);
+}
+
+TEST_F(HostileRoles, AProducersTempQueueStateNeverPartitionsAQueue) {
+  auto attacker = as(producer_);
+  {
+    pqxx::nontransaction tx(*attacker);
+    tx.exec(
+        "CREATE TEMP TABLE queue_state (queue text PRIMARY KEY, paused boolean, "
+        "partitions integer)");
+    tx.exec("INSERT INTO pg_temp.queue_state VALUES ('default', false, 7)");
+  }
+  EXPECT_EQ(
+      attempt(*attacker, "SELECT " + q("enqueue") + "('default', 'noop', partition_key => 'k')"),
+      "");
+  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs") + " WHERE partition IS NULL"), 1)
+      << "a producer's temp table made an unordered queue ordered";
+}
+
+TEST_F(HostileRoles, EverySecurityDefinerFunctionSearchesOnlyBatonsSchemaThenPgTemp) {
+  // The rule, checked on every function that runs as its owner (a new one is covered too).
+  const auto rows = pqxx::nontransaction(*db_).exec_params(
+      "SELECT p.proname, coalesce(array_to_string(p.proconfig, ';'), '') "
+      "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+      "WHERE n.nspname = $1 AND p.prosecdef ORDER BY 1",
+      schema_);
+  ASSERT_GE(rows.size(), 5u) << "enqueue, enqueue_many, cancel, job_status, job_id_by_key";
+  for (const auto& r : rows) {
+    EXPECT_EQ(std::string(r[1].c_str()), "search_path=" + schema_ + ", pg_temp")
+        << r[0].c_str() << " runs as its owner without a safe search_path";
+  }
+}
+
+TEST_F(HostileRoles, NoRoleCallsABatonFunctionWithoutAGrant) {
+  auto stranger = as(stranger_);
+  for (const char* call :
+       {"enqueue('q', 't')", "enqueue_many('[]')", "validate_jobs('[]')",
+        "job_problem('{}', 1, true)", "name_ok('x')", "cancel(1)", "job_status(1)",
+        "job_id_by_key('q', 'k')", "job_partition('q', 'k')", "check_name('queue', 'q')"}) {
+    const auto error = attempt(*stranger, std::string("SELECT ") + schema_ + "." + call);
+    EXPECT_NE(error.find("permission denied"), std::string::npos)
+        << "a role without grants called " << call << ": " << error;
+  }
+  // And every function of the schema, including any a later migration adds.
+  const auto callable = pqxx::nontransaction(*db_).exec_params(
+      "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+      "WHERE n.nspname = $1 AND has_function_privilege($2, p.oid, 'EXECUTE')",
+      schema_, stranger_);
+  for (const auto& r : callable)
+    ADD_FAILURE() << "a role without grants may call " << r[0].c_str();
+}
+
+TEST_F(HostileRoles, OnlyARoleThatMayWriteControlRequestsAsksForAStepDownAndItIsNamed) {
+  auto stranger = as(stranger_);
+  EXPECT_NE(attempt(*stranger, "INSERT INTO " + q("control_requests") +
+                                   " (kind, target) VALUES ('step_down', '*')")
+                .find("permission denied"),
+            std::string::npos);
+  EXPECT_NE(attempt(*as(producer_), "INSERT INTO " + q("control_requests") +
+                                        " (kind, target) VALUES ('step_down', '*')")
+                .find("permission denied"),
+            std::string::npos);
+  // An operator may ask, but cannot say that somebody else did.
+  EXPECT_EQ(attempt(*as(operator_), "INSERT INTO " + q("control_requests") +
+                                        " (kind, target, requested_by, handled_at) VALUES "
+                                        "('step_down', '*', 'the-ceo', now())"),
+            "");
+  EXPECT_EQ(query_value(*db_, "SELECT requested_by FROM control_requests"), operator_);
+  EXPECT_EQ(count("SELECT count(*) FROM control_requests WHERE handled_at IS NULL"), 1)
+      << "a request arrived already handled";
+}
+
+}  // namespace

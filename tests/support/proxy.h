@@ -1,0 +1,59 @@
+// A TCP proxy on loopback that can lose the network: put it between a node and PostgreSQL, then
+// blackhole() it and bytes stop moving in both directions with nothing closed (no RST, no FIN),
+// which is what a dead switch, a security group or a paused VM's network looks like from either
+// end. heal() lets the held bytes through again, as TCP retransmission would.
+//
+// One thread moves the bytes (poll, bounded waits); every member may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace baton::test {
+
+class Proxy {
+ public:
+  // Forwards 127.0.0.1:<port()> to the server of `url` (a libpq URL or conninfo whose host is a
+  // loopback address; throws otherwise).
+  explicit Proxy(const std::string& url);
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  int port() const { return port_; }
+  // `url` (libpq URL or conninfo) with its host and port replaced by this proxy's.
+  std::string url_through(const std::string& url) const;
+
+  // From now on nothing moves and no new connection is accepted; open ones stay open.
+  void blackhole();
+  // Bytes move again, the held ones first; waiting connections are accepted.
+  void heal();
+  bool blackholed() const { return blackholed_.load(); }
+  // Connections accepted so far (to tell that a node reconnected through it).
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  struct Pipe {
+    int a = -1, b = -1;          // the client's socket, the server's socket
+    std::string a_to_b, b_to_a;  // read, not yet written
+    bool a_eof = false, b_eof = false;
+  };
+  void run();
+  void stop();
+
+  std::string target_host_;
+  int target_port_ = 0;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> blackholed_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> accepted_{0};
+  std::vector<Pipe> pipes_;  // the forwarding thread's alone
+  std::thread thread_;
+};
+
+}  // namespace baton::test
