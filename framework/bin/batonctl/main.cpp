@@ -19,7 +19,7 @@ namespace {
 std::string first_word(int argc, char** argv) {
   static const std::set<std::string> with_value{"--database-url", "--schema"};
   for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
+    std::string arg = argv[i];
     if (with_value.count(arg) != 0) {
       ++i;
       continue;

@@ -49,7 +49,7 @@ struct ServerOptions {
   std::chrono::milliseconds header_timeout{5000};  // a request must arrive whole within this
   std::chrono::milliseconds idle_timeout{30000};   // keep-alive connections idle this long close
   std::size_t max_connections = 512;
-  std::size_t max_body_bytes = 64 * 1024;
+  std::size_t max_body_bytes = std::size_t{64} * 1024;
 };
 
 class Server {
