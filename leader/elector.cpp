@@ -1,14 +1,11 @@
 // Election by lock row + advisory lock + heartbeat (see elector.h for the strategy).
 #include "leader/elector.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
-
-#include <random>
 
 #include <spdlog/spdlog.h>
 
+#include "baton/detail/backoff.h"
 #include "baton/detail/call_watch.h"
 #include "baton/detail/control.h"
 #include "baton/detail/text.h"
@@ -133,8 +130,8 @@ ON CONFLICT (node_id) DO UPDATE
        started_at = CASE WHEN n.pid = excluded.pid THEN n.started_at ELSE now() END
 )sql";
 
-// LISTENs on the leader channel; notifications only need to wake the poll(), not be read.
-// LISTENs on the leader channel and keeps the payloads ("released <node>", "yield <node>").
+// LISTENs on the leader channel and keeps the payloads (detail/control.h): a payload only wakes
+// the elector; what it may do is read from the database.
 struct WakeReceiver : pqxx::notification_receiver {
   WakeReceiver(pqxx::connection_base& conn, const std::string& channel,
                std::vector<std::string>& out)
@@ -159,13 +156,10 @@ Elector::Elector(ElectorConfig config, ElectorEvents events, detail::Lease& leas
   for (const auto& t : config_.handles)
     handles_ += (handles_.size() > 1 ? ",\"" : "\"") + t + "\"";
   handles_ += "}";
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
 
 Elector::~Elector() {
   stop();
-  close(wake_fd_);
 }
 
 void Elector::start() {
@@ -175,8 +169,7 @@ void Elector::start() {
 
 void Elector::stop() {
   if (stopping_.exchange(true)) return;
-  std::uint64_t one = 1;
-  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+  waker_.wake();
   // A statement stuck on a dead connection is cut, so the heartbeat thread returns.
   detail::CallWatch::instance().abort(detail::owner_of(this));
   if (heartbeat_.joinable()) heartbeat_.join();
@@ -191,13 +184,12 @@ void Elector::stop() {
 
 void Elector::yield() {
   yield_requested_.store(true);
-  std::uint64_t one = 1;
-  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+  waker_.wake();
 }
 
 void Elector::request_step_down() {
   const auto e = lease_.epoch();
-  if (e != 0) post({Event::step_down, e, RevokeReason::stepped_down});
+  if (e != 0) post({Event::step_down, e});
 }
 
 bool Elector::reachable(Millis within) const {
@@ -259,7 +251,7 @@ void Elector::event_loop() {
       lock.unlock();
       try {
         if (ev.kind == Event::granted && on_.granted) on_.granted(ev.epoch);
-        if (ev.kind == Event::revoked && on_.revoked) on_.revoked(ev.epoch, ev.reason);
+        if (ev.kind == Event::revoked && on_.revoked) on_.revoked(ev.epoch, *ev.reason);
         if (ev.kind == Event::step_down) {
           if (on_.step_down_requested) {
             on_.step_down_requested(ev.epoch);
@@ -277,16 +269,14 @@ void Elector::event_loop() {
 }
 
 void Elector::wait(int sock, Millis timeout) {
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sock, POLLIN, 0}};
-  poll(fds, sock >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
+  waker_.wait(sock, timeout);
 }
 
 void Elector::heartbeat_loop() {
   std::unique_ptr<pqxx::connection> conn;
   std::unique_ptr<WakeReceiver> receiver;  // declared after conn: destroyed before it
   std::int64_t held_epoch = 0;             // the epoch this thread holds the advisory lock for
-  std::mt19937_64 rng(std::random_device{}());
-  Millis backoff{100};
+  detail::Backoff backoff(Millis(100), Millis(2000));
   bool reported_down = false;
   auto connect_options = config_.connect;
   // The election session: the server ends it when it falls silent for the database-side lease
@@ -316,7 +306,7 @@ void Elector::heartbeat_loop() {
             *conn, detail::leader_channel(config_.connect.schema), notifications_);
         if (reported_down) spdlog::info("election connection restored");
         reported_down = false;
-        backoff = Millis(100);
+        backoff.reset();
         touch_node_row(*conn, true);
       }
       step(*conn, held_epoch);
@@ -336,9 +326,7 @@ void Elector::heartbeat_loop() {
                       detail::one_line(detail::scrub(e.what())));
         reported_down = true;
       }
-      std::uniform_int_distribution<std::int64_t> jitter(backoff.count() / 2, backoff.count());
-      wait(-1, Millis(jitter(rng)));
-      backoff = std::min(backoff * 2, Millis(2000));
+      wait(-1, backoff.next_jittered());
     }
   }
 
@@ -474,7 +462,7 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
     const bool takeover = !previous.empty() && previous != config_.node_id && !row[2].is_null();
     observer_->granted(epoch, takeover ? row[2].as<double>() : -1.0);
   }
-  post({Event::granted, epoch, RevokeReason::stepped_down});
+  post({Event::granted, epoch});
   touch_node_row(conn, true);
   if (!previous.empty() && previous != config_.node_id) end_deposed_transactions(conn, previous);
 }
@@ -490,7 +478,7 @@ void Elector::take_control_requests(pqxx::connection& conn, std::int64_t held_ep
                  r.note.empty() ? "" : " (" + detail::one_line(r.note, 200) + ")", r.outcome);
     if (r.accepted) {
       next_step_down_allowed_ = Clock::now() + kStepDownInterval;
-      post({Event::step_down, held_epoch, RevokeReason::stepped_down});
+      post({Event::step_down, held_epoch});
     }
   }
 }

@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "baton/detail/db.h"
 #include "baton/detail/lease.h"
 #include "baton/detail/observer.h"
+#include "baton/detail/waker.h"
 #include "baton/events.h"
 
 namespace baton::leader {
@@ -84,7 +86,7 @@ class Elector {
   struct Event {
     enum Kind { granted, revoked, step_down } kind;
     std::int64_t epoch;
-    RevokeReason reason;
+    std::optional<RevokeReason> reason{};  // revoked only
   };
 
   void heartbeat_loop();
@@ -124,7 +126,7 @@ class Elector {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> yield_requested_{false};
   std::chrono::steady_clock::time_point hold_off_until_{};  // heartbeat thread only
-  int wake_fd_ = -1;
+  detail::Waker waker_;
 
   std::mutex mutex_;  // guards events_ and events_done_
   std::condition_variable cv_;

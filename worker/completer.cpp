@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "baton/detail/backoff.h"
 #include "baton/detail/call_watch.h"
 #include "baton/detail/text.h"
 
@@ -101,7 +102,7 @@ void Completer::loop() {
   std::vector<detail::Completion> done;
   std::vector<detail::Failure> failed;
   std::vector<detail::Release> released;
-  Millis backoff{50};
+  detail::Backoff backoff(Millis(50), Millis(2000));
   bool reported = false;
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -137,7 +138,7 @@ void Completer::loop() {
       write(done, failed, released);
       if (reported) spdlog::info("completer: database reachable again");
       reported = false;
-      backoff = Millis(50);
+      backoff.reset();
     } catch (const std::exception& e) {
       ok = false;
       conn_.reset();
@@ -165,8 +166,7 @@ void Completer::loop() {
       flushed_cv_.notify_all();
       return;
     }
-    cv_.wait_for(lock, backoff);
-    backoff = std::min(backoff * 2, Millis(2000));
+    cv_.wait_for(lock, backoff.next());
   }
 }
 

@@ -66,8 +66,7 @@ void Consumer::granted(std::int64_t epoch) {
   spdlog::info("consuming: epoch={}", epoch);
 }
 
-void Consumer::revoked(std::int64_t epoch) {
-  std::lock_guard lock(mutex_);
+void Consumer::stop_leader_work(std::int64_t epoch) {
   executor_.stop_accepting();
   executor_.end_epoch(epoch);  // running handlers see cancelled(); their database calls are cut
   poller_.stop();
@@ -75,6 +74,11 @@ void Consumer::revoked(std::int64_t epoch) {
   pruner_->stop();
   depth_sampler_->stop();
   if (periodic_enqueuer_) periodic_enqueuer_->stop();
+}
+
+void Consumer::revoked(std::int64_t epoch) {
+  std::lock_guard lock(mutex_);
+  stop_leader_work(epoch);
   completer_.cut_in_flight();  // a write stuck on a dead connection is retried on a new one
   if (queue_observer_ != nullptr) queue_observer_->queue_depths_cleared();
   spdlog::info("stopped consuming: epoch={}", epoch);
@@ -101,13 +105,7 @@ bool Consumer::drain(Millis grace) {
 
 bool Consumer::shutdown(Millis flush_deadline) {
   std::lock_guard lock(mutex_);
-  executor_.stop_accepting();
-  executor_.end_epoch(0);
-  poller_.stop();
-  rescuer_->stop();
-  pruner_->stop();
-  depth_sampler_->stop();
-  if (periodic_enqueuer_) periodic_enqueuer_->stop();
+  stop_leader_work(0);
   completer_.stop(flush_deadline);
   poller_.join();
   rescuer_->join();

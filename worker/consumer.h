@@ -53,6 +53,9 @@ class Consumer {
   bool shutdown(Millis flush_deadline);
 
  private:
+  // Under mutex_: no more claims, starts or services; the runs of `epoch` (0: all) are cancelled.
+  void stop_leader_work(std::int64_t epoch);
+
   std::mutex mutex_;
   const detail::Lease& lease_;
   Completer completer_;

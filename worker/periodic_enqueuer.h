@@ -12,7 +12,7 @@
 
 #include "baton/detail/observer.h"
 #include "baton/detail/schedule.h"
-#include "baton/node.h"
+#include "baton/schedule.h"
 #include "worker/periodic.h"
 
 namespace baton::worker {

@@ -1,15 +1,12 @@
 // Poller: leader-gated claiming (see poller.h).
 #include "worker/poller.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
 
 #include <spdlog/spdlog.h>
 
+#include "baton/detail/backoff.h"
 #include "baton/detail/call_watch.h"
 #include "baton/detail/text.h"
 
@@ -59,15 +56,11 @@ Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* obs
     : config_(with_session(std::move(config))),
       executor_(executor),
       observer_(observer),
-      lease_(lease) {
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-}
+      lease_(lease) {}
 
 Poller::~Poller() {
   stop();
   join();
-  close(wake_fd_);
 }
 
 void Poller::start(std::int64_t epoch) {
@@ -97,15 +90,11 @@ void Poller::join() {
 }
 
 void Poller::wake() {
-  std::uint64_t one = 1;
-  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+  waker_.wake();
 }
 
 void Poller::wait(Run& run, Millis timeout) {
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {run.conn ? run.conn->sock() : -1, POLLIN, 0}};
-  poll(fds, run.conn ? 2 : 1, static_cast<int>(timeout.count()));
-  std::uint64_t drained = 0;
-  [[maybe_unused]] auto n = read(wake_fd_, &drained, sizeof drained);
+  waker_.wait(run.conn ? run.conn->sock() : -1, timeout);
 }
 
 int Poller::buffer_size() const {
@@ -172,7 +161,7 @@ void Poller::pass_cancels(Run& run) {
 
 void Poller::loop(Run& run) {
   bool reported = false;
-  Millis backoff{50};
+  detail::Backoff backoff(Millis(50), Millis(2000));
   while (!run.stopping.load()) {
     try {
       if (!run.conn) {
@@ -184,7 +173,7 @@ void Poller::loop(Run& run) {
       const bool more = claim_round(run);
       if (reported) spdlog::info("poller: database reachable again");
       reported = false;
-      backoff = Millis(50);
+      backoff.reset();
       if (more) continue;
       // A NOTIFY that arrived during the claim is already read off the socket: poll() would
       // not see it.
@@ -215,8 +204,7 @@ void Poller::loop(Run& run) {
                       detail::one_line(detail::scrub(e.what())));
         reported = true;
       }
-      wait(run, backoff);
-      backoff = std::min(backoff * 2, Millis(2000));
+      wait(run, backoff.next());
     }
   }
   run.receiver.reset();

@@ -24,6 +24,7 @@
 #include "baton/detail/job_store.h"
 #include "baton/detail/lease.h"
 #include "baton/detail/observer.h"
+#include "baton/detail/waker.h"
 #include "worker/executor.h"
 
 namespace baton::worker {
@@ -87,7 +88,7 @@ class Poller {
   detail::JobObserver* const observer_;
   const detail::Lease& lease_;
   std::shared_ptr<Run> run_;  // the current epoch's (owner thread only)
-  int wake_fd_ = -1;
+  detail::Waker waker_;
   std::thread thread_;
 };
 

@@ -9,11 +9,12 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
-#include <random>
 
 #include <spdlog/spdlog.h>
 
 #include "baton/client.h"
+#include "baton/detail/backoff.h"
+#include "baton/detail/db.h"
 #include "baton/detail/lease.h"
 #include "baton/detail/migrations.h"
 #include "baton/detail/registry.h"
@@ -41,10 +42,10 @@ struct Node::Impl {
   void add_schedule(const std::string& name, std::unique_ptr<detail::Schedule> schedule,
                     nlohmann::json payload, ScheduleOptions options) {
     if (running) throw std::logic_error("schedule '" + name + "' declared after run()");
-    validate_name("schedule", name);
+    detail::validate_name("schedule", name);
     if (options.type.empty()) options.type = name;
-    validate_name("type", options.type);
-    validate_name("queue", options.queue);
+    detail::validate_name("type", options.type);
+    detail::validate_name("queue", options.queue);
     if (options.catch_up_limit < 1 || options.max_attempts < 1 || options.max_attempts > 1000) {
       throw ConfigError("schedule '" + name +
                         "': catch_up_limit must be at least 1 and max_attempts 1..1000");
@@ -86,15 +87,12 @@ struct Node::Impl {
     return cv.wait_for(lock, timeout, [this] { return stop_requested; });
   }
 
-  // Connects and brings the schema to this binary's version, retrying while the database is
-  // unreachable. False when stopped first; throws on a schema this binary cannot use.
   // Connects, brings the schema to this binary's version and checks the role's privileges,
   // retrying with backoff whatever stands in the way (unreachable database, wrong password,
   // missing or newer schema, missing grants): each is logged once, with what to do, until it
   // changes. False when stopped first.
   bool prepare_schema() {
-    std::mt19937_64 rng(std::random_device{}());
-    Millis backoff{200};
+    detail::Backoff backoff(Millis(200), Millis(5000));
     std::string last_problem;
     for (;;) {
       std::string problem;
@@ -138,9 +136,7 @@ struct Node::Impl {
         spdlog::error("{}; retrying with backoff", problem);
         last_problem = problem;
       }
-      std::uniform_int_distribution<std::int64_t> jitter(backoff.count() / 2, backoff.count());
-      if (wait_stop(Millis(jitter(rng)))) return false;
-      backoff = std::min(backoff * 2, Millis(5000));
+      if (wait_stop(backoff.next_jittered())) return false;
     }
   }
 };
@@ -171,12 +167,12 @@ std::optional<detail::RetryPolicy> retry_policy(const std::string& type, const H
 }  // namespace
 
 void Node::handle(const std::string& type, Handler handler, const HandlerOptions& options) {
-  validate_name("type", type);
+  detail::validate_name("type", type);
   impl_->registry.add(type, std::move(handler), retry_policy(type, options, impl_->config));
 }
 
 void Node::handle_tx(const std::string& type, TxHandler handler, const HandlerOptions& options) {
-  validate_name("type", type);
+  detail::validate_name("type", type);
   impl_->registry.add(type, std::move(handler), retry_policy(type, options, impl_->config));
 }
 

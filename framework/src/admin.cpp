@@ -60,7 +60,7 @@ DELETE FROM @.dead_jobs WHERE died_at < now() - $1::bigint * interval '1 millise
 
 void check_queue(std::string_view queue) {
   try {
-    validate_name("queue", queue);
+    detail::validate_name("queue", queue);
   } catch (const EnqueueError& e) {
     throw AdminError(e.what());
   }

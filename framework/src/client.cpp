@@ -183,28 +183,6 @@ std::vector<std::int64_t> run_enqueue(pqxx::transaction_base& tx, const std::vec
 
 }  // namespace
 
-void validate_name(std::string_view what, std::string_view name) {
-  const std::string rule = " (use 1..64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit)";
-  if (name.empty()) throw EnqueueError(std::string(what) + " name is empty" + rule);
-  if (name.size() > 64) {
-    throw EnqueueError(std::string(what) + " name is " + std::to_string(name.size()) +
-                       " characters long" + rule);
-  }
-  auto alnum = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-  };
-  if (!alnum(name[0])) {
-    throw EnqueueError(std::string(what) + " name '" + std::string(name) +
-                       "' does not start with a letter or digit" + rule);
-  }
-  for (char c : name) {
-    if (!alnum(c) && c != '_' && c != '.' && c != ':' && c != '-') {
-      throw EnqueueError(std::string(what) + " name '" + std::string(name) +
-                         "' has a character that is not allowed" + rule);
-    }
-  }
-}
-
 std::vector<std::int64_t> enqueue_in(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
                                      const ClientOptions& options) {
   return run_enqueue(tx, jobs, options);
@@ -359,7 +337,7 @@ std::vector<std::int64_t> Client::enqueue_many(std::string_view type,
 namespace baton {
 
 void Client::declare_ordered_queue(std::string_view queue, int partitions) {
-  validate_name("queue", queue);
+  detail::validate_name("queue", queue);
   if (partitions < 1 || partitions > 4096) {
     throw EnqueueError("partitions " + std::to_string(partitions) +
                        " is out of range; use 1..4096");
@@ -417,6 +395,28 @@ std::string_view to_string(CancelResult result) {
 }
 
 namespace detail {
+
+void validate_name(std::string_view what, std::string_view name) {
+  const std::string rule = " (use 1..64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit)";
+  if (name.empty()) throw EnqueueError(std::string(what) + " name is empty" + rule);
+  if (name.size() > 64) {
+    throw EnqueueError(std::string(what) + " name is " + std::to_string(name.size()) +
+                       " characters long" + rule);
+  }
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (!alnum(name[0])) {
+    throw EnqueueError(std::string(what) + " name '" + std::string(name) +
+                       "' does not start with a letter or digit" + rule);
+  }
+  for (char c : name) {
+    if (!alnum(c) && c != '_' && c != '.' && c != ':' && c != '-') {
+      throw EnqueueError(std::string(what) + " name '" + std::string(name) +
+                         "' has a character that is not allowed" + rule);
+    }
+  }
+}
 
 CancelResult cancel_job(pqxx::transaction_base& tx, const std::string& schema, std::int64_t id) {
   return cancel_result(tx.exec_params(with_schema(kCancelSql, schema), id)[0][0].c_str());

@@ -90,10 +90,8 @@ std::string describe_database_url(const std::string& url) {
   std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> opts(
       PQconninfoParse(url.c_str(), &err), &PQconninfoFree);
   if (!opts) {
-    std::string message = err != nullptr ? err : "unparsable";
+    const std::string message = detail::one_line(err != nullptr ? err : "unparsable");
     PQfreemem(err);
-    while (!message.empty() && message.back() == '\n')
-      message.pop_back();
     throw ConfigError("database-url: libpq cannot parse it (" + message +
                       "); use postgresql://user@host:port/dbname or 'host=... dbname=...'");
   }
@@ -164,7 +162,7 @@ void NodeConfig::validate() {
   detail::validate_schema_name(schema);
   if (!cluster.empty()) {
     try {
-      validate_name("cluster", cluster);
+      detail::validate_name("cluster", cluster);
     } catch (const EnqueueError& e) {
       fail("cluster", e.what());
     }
@@ -187,7 +185,7 @@ void NodeConfig::validate() {
   if (batch_size < 1 || batch_size > 10000) fail("batch-size", "must be between 1 and 10000");
   for (const auto& q : queues) {
     try {
-      validate_name("queue", q);
+      detail::validate_name("queue", q);
     } catch (const EnqueueError& e) {
       fail("queues", e.what());
     }
@@ -208,7 +206,7 @@ void NodeConfig::validate() {
   }
   for (const auto& [queue, limit] : queue_concurrency) {
     try {
-      validate_name("queue", queue);
+      detail::validate_name("queue", queue);
     } catch (const EnqueueError& e) {
       fail("queue-concurrency", e.what());
     }
@@ -254,7 +252,7 @@ void NodeConfig::validate() {
   // keeps that unambiguous.
   for (const auto& [setting, value] : {std::pair{"lock-key", &lock_key}, {"region", &region}}) {
     try {
-      validate_name(setting, *value);
+      detail::validate_name(setting, *value);
     } catch (const EnqueueError& e) {
       fail(setting, e.what());
     }

@@ -263,10 +263,7 @@ std::string server_message(const pqxx::sql_error& e) {
       const auto n = text.find(next, from);
       if (n != std::string::npos) to = std::min(to, n);
     }
-    std::string out = text.substr(from, to - from);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
-      out.pop_back();
-    return out;
+    return one_line(std::string_view(text).substr(from, to - from));
   };
   std::string out = section("ERROR:  ");
   if (out.empty()) out = section("FATAL:  ");

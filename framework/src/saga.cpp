@@ -42,10 +42,10 @@ INSERT INTO @.saga_index (type, property, value, saga_id) VALUES ($1, $2, $3, $4
 constexpr const char* kCompleteSql =
     "UPDATE @.sagas SET completed_at = now(), updated_at = now() WHERE id = $1::uuid";
 
-std::optional<SagaStore::Raw> read(const pqxx::result& r) {
+std::optional<detail::SagaRow> read(const pqxx::result& r) {
   if (r.empty()) return std::nullopt;
-  return SagaStore::Raw{r[0][0].c_str(), r[0][1].as<int>(), r[0][2].as<bool>(),
-                        nlohmann::json::parse(r[0][3].c_str())};
+  return detail::SagaRow{r[0][0].c_str(), r[0][1].as<int>(), r[0][2].as<bool>(),
+                         nlohmann::json::parse(r[0][3].c_str())};
 }
 
 }  // namespace
@@ -55,10 +55,10 @@ SagaStore::SagaStore(const std::string& schema) {
   schema_ = schema;
 }
 
-std::optional<SagaStore::Raw> SagaStore::find_raw(pqxx::dbtransaction& tx, std::string_view type,
-                                                  const std::vector<std::string>& declared,
-                                                  std::string_view property,
-                                                  std::string_view value) const {
+std::optional<detail::SagaRow> SagaStore::find_raw(pqxx::dbtransaction& tx, std::string_view type,
+                                                   const std::vector<std::string>& declared,
+                                                   std::string_view property,
+                                                   std::string_view value) const {
   bool known = false;
   std::string names;
   for (const auto& p : declared) {
@@ -74,14 +74,14 @@ std::optional<SagaStore::Raw> SagaStore::find_raw(pqxx::dbtransaction& tx, std::
                              std::string(property), std::string(value)));
 }
 
-std::optional<SagaStore::Raw> SagaStore::get_raw(pqxx::dbtransaction& tx, std::string_view type,
-                                                 std::string_view id) const {
+std::optional<detail::SagaRow> SagaStore::get_raw(pqxx::dbtransaction& tx, std::string_view type,
+                                                  std::string_view id) const {
   return read(
       tx.exec_params(detail::with_schema(kGetSql, schema_), std::string(id), std::string(type)));
 }
 
 void SagaStore::save_raw(pqxx::dbtransaction& tx, std::string_view type,
-                         const std::vector<std::string>& indexed, Raw& saga) const {
+                         const std::vector<std::string>& indexed, detail::SagaRow& saga) const {
   if (saga.completed) {
     throw SagaConflict("saga " + saga.id + " is completed; start a new saga instead");
   }

@@ -2,7 +2,11 @@
 // terminated election session, a requested step-down, and settings refused at startup.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <csignal>
+#include <fstream>
+#include <sstream>
 
 #include "baton/detail/db.h"
 #include "support/cluster.h"
@@ -22,6 +26,21 @@ void enqueue(Cluster& cluster, const std::string& type, const std::string& paylo
       "INSERT INTO jobs (queue, type, payload) SELECT 'default', $1, $2::jsonb "
       "FROM generate_series(1, $3)",
       type, payload, n);
+}
+
+// CPU seconds (user + system) a process has used so far.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 TEST(Election, FiveNodesAtOnceOneLeaderAndEpochsOnlyIncrease) {
@@ -167,6 +186,12 @@ TEST(Election, StepDownHandsLeadershipToAnotherNode) {
   const auto second = cluster.wait_leader(10s, first);
   ASSERT_NE(second, "") << cluster.logs();
   EXPECT_TRUE(cluster.process(first).running());
+  // As a follower again it tries the lock every retry interval, not in a busy loop (a wake-up
+  // of its step-down that stayed pending once made every later wait return at once).
+  const double before = cpu_seconds(cluster.process(first).pid());
+  wait_for([] { return false; }, 3s, 100ms);
+  const double used = cpu_seconds(cluster.process(first).pid()) - before;
+  EXPECT_LT(used, 0.15) << "the former leader used " << used << " s of CPU in 3 s as a follower";
   enqueue(cluster, "noop", "{}", 20);
   ASSERT_TRUE(
       wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 20; }, 20s));

@@ -12,7 +12,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view name(reinterpret_cast<const char*>(data), size);
   try {
-    baton::validate_name("queue", name);
+    baton::detail::validate_name("queue", name);
     for (char c : name) {
       if (c == '\'' || c == '"' || c == ';' || c == '\\' || c == ' ' || c == '\0') __builtin_trap();
     }

@@ -83,7 +83,7 @@ TEST_F(SqlApi, TheNameRuleIsTheSameInCppAndSql) {
                            "01234567890123456789012345678901234567890123456789012345678901234"}) {
     bool cpp_ok = true;
     try {
-      baton::validate_name("queue", name);
+      baton::detail::validate_name("queue", name);
     } catch (const baton::EnqueueError&) {
       cpp_ok = false;
     }

@@ -3,6 +3,7 @@
 
 #include <baton/client.h>
 
+#include "baton/detail/db.h"
 #include "baton/detail/text.h"
 
 namespace {
@@ -10,7 +11,7 @@ namespace {
 TEST(Names, AcceptsTheDocumentedCharacterSet) {
   for (const char* ok :
        {"default", "emails", "send_email", "billing.v2", "tenant:42", "a-b", "9"}) {
-    EXPECT_NO_THROW(baton::validate_name("queue", ok)) << ok;
+    EXPECT_NO_THROW(baton::detail::validate_name("queue", ok)) << ok;
   }
 }
 
@@ -18,13 +19,13 @@ TEST(Names, RefusesOthersWithTheRule) {
   for (const char* bad : {"", "has space", "semi;colon", "quote'd", "\"; DROP TABLE jobs; --",
                           "_leading", "-leading", "caf\xc3\xa9"}) {
     try {
-      baton::validate_name("queue", bad);
+      baton::detail::validate_name("queue", bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const baton::EnqueueError& e) {
       EXPECT_NE(std::string(e.what()).find("A-Z a-z 0-9"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(baton::validate_name("type", std::string(65, 'a')), baton::EnqueueError);
+  EXPECT_THROW(baton::detail::validate_name("type", std::string(65, 'a')), baton::EnqueueError);
 }
 
 TEST(CleanText, ReplacesNulAndInvalidUtf8AndCuts) {

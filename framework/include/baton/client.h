@@ -92,8 +92,4 @@ class Client {
 std::vector<std::int64_t> enqueue_in(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
                                      const ClientOptions& options = {});
 
-// Checks a queue or type name: 1..64 of [A-Za-z0-9_.:-], starting with a letter or digit.
-// Throws EnqueueError saying which rule was broken.
-void validate_name(std::string_view what, std::string_view name);
-
 }  // namespace baton

@@ -31,6 +31,16 @@ class SagaConflict : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+namespace detail {
+// A saga as stored: its data as JSON. SagaStore's typed calls convert it.
+struct SagaRow {
+  std::string id;
+  int version = 0;
+  bool completed = false;
+  nlohmann::json data;
+};
+}  // namespace detail
+
 template <class T>
 struct Saga {
   std::string id;   // empty until first saved
@@ -59,7 +69,7 @@ class SagaStore {
   // index rows. Throws SagaConflict on a lost race or a taken indexed value.
   template <class T>
   void save(pqxx::dbtransaction& tx, Saga<T>& saga) const {
-    Raw raw{saga.id, saga.version, saga.completed, nlohmann::json(saga.data)};
+    detail::SagaRow raw{saga.id, saga.version, saga.completed, nlohmann::json(saga.data)};
     save_raw(tx, T::saga_type, T::indexed(), raw);
     saga.id = raw.id;
     saga.version = raw.version;
@@ -73,24 +83,18 @@ class SagaStore {
     saga.completed = true;
   }
 
-  struct Raw {
-    std::string id;
-    int version = 0;
-    bool completed = false;
-    nlohmann::json data;
-  };
-  std::optional<Raw> find_raw(pqxx::dbtransaction& tx, std::string_view type,
-                              const std::vector<std::string>& declared, std::string_view property,
-                              std::string_view value) const;
-  std::optional<Raw> get_raw(pqxx::dbtransaction& tx, std::string_view type,
-                             std::string_view id) const;
+ private:
+  std::optional<detail::SagaRow> find_raw(pqxx::dbtransaction& tx, std::string_view type,
+                                          const std::vector<std::string>& declared,
+                                          std::string_view property, std::string_view value) const;
+  std::optional<detail::SagaRow> get_raw(pqxx::dbtransaction& tx, std::string_view type,
+                                         std::string_view id) const;
   void save_raw(pqxx::dbtransaction& tx, std::string_view type,
-                const std::vector<std::string>& indexed, Raw& saga) const;
+                const std::vector<std::string>& indexed, detail::SagaRow& saga) const;
   void complete_raw(pqxx::dbtransaction& tx, const std::string& id) const;
 
- private:
   template <class T>
-  static std::optional<Saga<T>> typed(std::optional<Raw> raw) {
+  static std::optional<Saga<T>> typed(std::optional<detail::SagaRow> raw) {
     if (!raw) return std::nullopt;
     return Saga<T>{raw->id, raw->version, raw->completed, raw->data.get<T>()};
   }

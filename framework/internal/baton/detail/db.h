@@ -53,6 +53,10 @@ std::string transaction_pooling(const ConnectOptions& options, std::uintptr_t ab
 // Throws baton::ConfigError unless `name` is [a-z_][a-z0-9_]{0,62}.
 void validate_schema_name(std::string_view name);
 
+// Checks a queue, type or schedule name: 1..64 of [A-Za-z0-9_.:-], starting with a letter or
+// digit. Throws baton::EnqueueError naming `what` and the rule that was broken.
+void validate_name(std::string_view what, std::string_view name);
+
 // A PostgreSQL array literal of integers or doubles, for parameters such as $1::bigint[].
 std::string int_array(const std::vector<std::int64_t>& values);
 std::string double_array(const std::vector<double>& values);
