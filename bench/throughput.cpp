@@ -11,6 +11,7 @@
 //   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
 //                    [--backlog 0] [--sleep-jobs 48000] [--runs 3]
 //                    [--only enqueue,drain,sleep,latency]
+// --threads 0 and --batch-size 0 leave the node's own defaults.
 // Figures are medians of --runs runs, printed with their range.
 #include <unistd.h>
 
@@ -114,13 +115,25 @@ class Bench {
       id += std::to_string(starts_);
       id += "n";
       id += std::to_string(i);
-      nodes_.push_back(std::make_unique<baton::test::Process>(
-          std::vector<std::string>{baton::test::binary("demo_node"), "--database-url", url_,
-                                   "--schema", schema_, "--node-id", id, "--threads",
-                                   std::to_string(o_.threads), "--batch-size",
-                                   std::to_string(o_.batch_size), "--no-migrate",
-                                   "--metrics-listen", "off", "--log-level", "warn"},
-          dir_ + "/" + id + ".log"));
+      std::vector<std::string> args{baton::test::binary("demo_node"),
+                                    "--database-url",
+                                    url_,
+                                    "--schema",
+                                    schema_,
+                                    "--node-id",
+                                    id,
+                                    "--no-migrate",
+                                    "--metrics-listen",
+                                    "off",
+                                    "--log-level",
+                                    "warn"};
+      // 0: the node's own default.
+      if (o_.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o_.threads)});
+      if (o_.batch_size > 0) {
+        args.insert(args.end(), {"--batch-size", std::to_string(o_.batch_size)});
+      }
+      nodes_.push_back(
+          std::make_unique<baton::test::Process>(std::move(args), dir_ + "/" + id + ".log"));
     }
     pid_t leader = -1;
     baton::test::wait_for(
@@ -230,7 +243,7 @@ class Bench {
     config.database_url = url_;
     config.schema = schema_;
     config.node_id = "latency";
-    config.threads = o_.threads;
+    if (o_.threads > 0) config.threads = o_.threads;
     config.metrics_listen = "off";
     config.handle_signals = false;
     config.migrate = false;
