@@ -24,6 +24,13 @@ struct WakeReceiver : pqxx::notification_receiver {
   std::vector<std::string>& out_;
 };
 
+// The wake keys (sql/0010_fast_enqueue.sql): taken exclusively before sleeping, so that producers
+// notify only while this leader may sleep. All or none: a key another session holds is let go
+// of with the rest.
+constexpr const char* kTakeWakeKeysSql =
+    "SELECT bool_and(pg_try_advisory_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) k";
+constexpr const char* kDropWakeKeysSql = "SELECT pg_advisory_unlock_all()";
+
 // SQLSTATE 55P03: lock_not_available, as a claim that waited lock_timeout for a row reports.
 bool lock_timed_out(const std::exception& e) {
   const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
@@ -56,7 +63,12 @@ Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* obs
     : config_(with_session(std::move(config))),
       executor_(executor),
       observer_(observer),
-      lease_(lease) {}
+      lease_(lease) {
+  const std::string channel = detail::jobs_channel(config_.connect.schema);
+  if (config_.queues.empty()) wake_keys_.push_back(channel + "/*");
+  for (const auto& q : config_.queues)
+    wake_keys_.push_back(channel + "/" + q);
+}
 
 Poller::~Poller() {
   stop();
@@ -107,8 +119,9 @@ int Poller::buffer_size() const {
   return static_cast<int>(std::min<double>(config_.batch_size, fits));
 }
 
-bool Poller::claim_round(Run& run) {
+Poller::Round Poller::claim_round(Run& run) {
   const auto epoch = run.epoch;
+  Round round;
   bool more = false;  // some claim came back full: more jobs may be waiting
   auto claim = [&](int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except) {
@@ -121,6 +134,8 @@ bool Poller::claim_round(Run& run) {
     auto jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
                                    config_.connect.schema);
     more = more || jobs.size() == static_cast<std::size_t>(want);
+    round.room = true;
+    round.jobs += static_cast<int>(jobs.size());
     for (auto& j : jobs)
       executor_.submit(std::move(j));
   };
@@ -145,7 +160,28 @@ bool Poller::claim_round(Run& run) {
   if (config_.queues.empty() || !rest.empty()) {
     claim(std::min(room, config_.batch_size), rest, limited);
   }
-  return more && executor_.free_slots() + buffer > 0;
+  round.more = more && executor_.free_slots() + buffer > 0;
+  return round;
+}
+
+bool Poller::take_wake_keys(Run& run) {
+  auto armed =
+      detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+  pqxx::nontransaction tx(*run.conn);
+  if (tx.exec_params(kTakeWakeKeysSql, detail::text_array(wake_keys_))[0][0].as<bool>(false)) {
+    run.wake_keys_held = true;
+    return true;
+  }
+  tx.exec(kDropWakeKeysSql);
+  return false;
+}
+
+void Poller::drop_wake_keys(Run& run) {
+  auto armed =
+      detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+  pqxx::nontransaction tx(*run.conn);
+  tx.exec(kDropWakeKeysSql);
+  run.wake_keys_held = false;
 }
 
 void Poller::pass_cancels(Run& run) {
@@ -162,6 +198,8 @@ void Poller::pass_cancels(Run& run) {
 void Poller::loop(Run& run) {
   bool reported = false;
   detail::Backoff backoff(Millis(50), Millis(2000));
+  // Polling while producers hold the wake keys: soon at first, then less often.
+  detail::Backoff busy_poll(Millis(1), std::min(config_.poll_interval, Millis(50)));
   while (!run.stopping.load()) {
     try {
       if (!run.conn) {
@@ -170,14 +208,32 @@ void Poller::loop(Run& run) {
         run.receiver = std::make_unique<WakeReceiver>(
             *run.conn, detail::jobs_channel(config_.connect.schema), run.notifications);
       }
-      const bool more = claim_round(run);
+      const Round round = claim_round(run);
       if (reported) spdlog::info("poller: database reachable again");
       reported = false;
       backoff.reset();
-      if (more) continue;
+      if (round.jobs > 0) {
+        busy_poll.reset();
+        // Working again: producers need not notify.
+        if (run.wake_keys_held) drop_wake_keys(run);
+      }
+      if (round.more) continue;
       // A NOTIFY that arrived during the claim is already read off the socket: poll() would
       // not see it.
       if (run.conn->get_notifs() > 0) {
+        pass_cancels(run);
+        continue;
+      }
+      // No free thread: the executor wakes us when threads free up, and the next claim sees
+      // whatever was queued meanwhile, so producers need not notify.
+      if (round.room && round.jobs == 0 && !run.wake_keys_held) {
+        // Out of work. Sleep only holding the wake keys, and after one more claim with them
+        // held: a producer that did not notify committed before we got the keys.
+        if (take_wake_keys(run)) continue;
+        // Producers are in their enqueue transactions (or someone holds a key): their jobs
+        // will be there in a moment.
+        wait(run, busy_poll.next());
+        run.conn->get_notifs();
         pass_cancels(run);
         continue;
       }

@@ -3,10 +3,18 @@
 // claimed jobs waiting for a thread, sized from the jobs' mean run time so that a buffered job
 // waits about 100 ms at most: threads do not wait for a claim round trip, while slow jobs are
 // not claimed long before a thread can start them. It sleeps until a NOTIFY from an enqueue, the
-// buffer running low, or the poll interval. Queues with a concurrency limit never have more jobs
-// claimed than their limit; paused queues are skipped by the claim itself, and so are jobs of types
-// this node has no handler for (they wait for a leader that has one). A NOTIFY 'cancel <id>' on
-// the jobs channel is passed to the executor at once.
+// buffer running low, or the poll interval.
+//
+// Producers notify only while a leader may sleep (sql/0010_fast_enqueue.sql), so that they do
+// not queue for PostgreSQL's notification lock while the leader works. Out of work, the poller
+// takes the wake keys of its queues exclusively on its LISTENing session, claims once more, and
+// only then sleeps; it drops them once a claim finds work. A producer that holds a key shared
+// (it did not notify) keeps the poller from taking it until its transaction ends; meanwhile the
+// poller polls, every 1 ms at first and every 50 ms (or the poll interval, if shorter) at most.
+// Queues with a concurrency limit never have more jobs claimed than their limit; paused queues are
+// skipped by the claim itself, and so are jobs of types this node has no handler for (they wait for
+// a leader that has one). A NOTIFY 'cancel <id>' on the jobs channel is passed to the executor at
+// once.
 //
 // Thread-safety: start()/stop()/join() from one owner thread; wake() from any thread.
 #pragma once
@@ -72,11 +80,19 @@ class Poller {
     std::unique_ptr<pqxx::notification_receiver> receiver;
     std::vector<std::string> notifications;
     std::chrono::steady_clock::time_point skip_locked_until{};
+    bool wake_keys_held = false;
+  };
+  struct Round {
+    int jobs = 0;       // claimed
+    bool room = false;  // some claim was tried (a thread or buffer place was free)
+    bool more = false;  // a claim came back full and a place is still free
   };
 
   void loop(Run& run);
-  // One round of claims; true when a claim came back full and a slot is still free.
-  bool claim_round(Run& run);
+  Round claim_round(Run& run);
+  // Takes every wake key (true), or none.
+  bool take_wake_keys(Run& run);
+  void drop_wake_keys(Run& run);
   void wait(Run& run, Millis timeout);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
@@ -87,7 +103,8 @@ class Poller {
   Executor& executor_;
   detail::JobObserver* const observer_;
   const detail::Lease& lease_;
-  std::shared_ptr<Run> run_;  // the current epoch's (owner thread only)
+  std::vector<std::string> wake_keys_;  // "<channel>/<queue>", or "<channel>/*" for every queue
+  std::shared_ptr<Run> run_;            // the current epoch's (owner thread only)
   detail::Waker waker_;
   std::thread thread_;
 };

@@ -1,8 +1,9 @@
-// Producers' side of the queue. Every enqueue is one statement that inserts the rows and sends one
-// NOTIFY per queue (PostgreSQL folds identical notifications of a transaction into one). The SQL
+// Producers' side of the queue. Every enqueue is one statement that inserts the rows and, when a
+// leader may be asleep on the queue, sends one NOTIFY for it (sql/0010_fast_enqueue.sql). The SQL
 // names baton's schema explicitly, so it also runs inside a caller's transaction.
 #include "baton/client.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -19,13 +20,23 @@ namespace {
 // for every producer, C++ or not.
 constexpr const char* kEnqueueSql = "SELECT * FROM @.enqueue_many($1::jsonb)";
 constexpr const char* kPreparedEnqueue = "baton_enqueue";
+// The same for typed columns (sql/0010_fast_enqueue.sql), when the role may call it.
+constexpr const char* kColumnsSql =
+    "SELECT * FROM @.enqueue_columns($1::text[], $2::text[], $3::jsonb, $4::int[], $5::bigint[], "
+    "$6::int[], $7::timestamptz[], $8::text[], $9::text[], $10::int[])";
+constexpr const char* kPreparedColumns = "baton_enqueue_columns";
+constexpr const char* kColumnsAllowedSql =
+    "SELECT has_function_privilege(p.oid, 'EXECUTE') FROM pg_catalog.pg_proc p "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+    "WHERE n.nspname = $1 AND p.proname = 'enqueue_columns'";
 constexpr const char* kValidateSql = "SELECT @.validate_jobs($1::jsonb)";
 
 constexpr const char* kExistingSql =
     "SELECT id FROM @.jobs WHERE queue = $1 AND idempotency_key = $2";
 
 // $1 queue, $2 type, $3 payload, $4 priority, $5 delay ms, $6 max attempts, $7 timeout ms,
-// $8 count, $9 channel.
+// $8 count, $9 channel. It notifies only when a leader may be asleep, as enqueue_many does
+// (sql/0010_fast_enqueue.sql, leader_busy).
 constexpr const char* kCopiesSql = R"sql(
 WITH ins AS (
   INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, timeout_ms)
@@ -33,8 +44,11 @@ WITH ins AS (
          nullif($7::int, 0)
     FROM generate_series(1, $8::int)
   RETURNING id),
-wake AS (SELECT pg_notify($9, $1))
-SELECT id FROM ins WHERE (SELECT 1 FROM wake) = 1 ORDER BY id
+wake AS (
+  SELECT count(pg_notify($9, $1)) AS n
+   WHERE NOT (pg_try_advisory_xact_lock_shared(hashtextextended($9 || '/' || $1, 0))
+              AND pg_try_advisory_xact_lock_shared(hashtextextended($9 || '/*', 0))))
+SELECT id FROM ins WHERE (SELECT n FROM wake) >= 0 ORDER BY id
 )sql";
 
 // True when a string (or key) anywhere in `j` holds a NUL character.
@@ -156,18 +170,97 @@ std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
   return out + "]";
 }
 
+// True when every name and key of `jobs` is printable ASCII, as the columns' text arrays carry
+// them. (Anything else goes as JSON, whose encoder refuses what is not UTF-8.)
+bool plain_text(const std::vector<NewJob>& jobs) {
+  auto plain = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  };
+  return std::all_of(jobs.begin(), jobs.end(), [&](const NewJob& j) {
+    return plain(j.type) && plain(j.options.queue) && plain(j.options.partition_key) &&
+           plain(j.options.idempotency_key);
+  });
+}
+
+// One PostgreSQL array literal per column.
+struct Columns {
+  std::string queues = "{", types = "{", payloads = "[", priorities = "{", delays = "{",
+              max_attempts = "{", run_at = "{", partition_keys = "{", idempotency_keys = "{",
+              timeouts = "{";
+};
+
+void add_text(std::string& array, const std::string& value, bool null_if_empty) {
+  if (array.size() > 1) array += ',';
+  if (null_if_empty && value.empty()) {
+    array += "NULL";
+    return;
+  }
+  array += '"';
+  for (char c : value) {
+    if (c == '"' || c == '\\') array += '\\';
+    array += c;
+  }
+  array += '"';
+}
+
+void add_plain(std::string& array, const std::string& value) {
+  if (array.size() > 1) array += ',';
+  array += value;
+}
+
+Columns encode_columns(const std::vector<NewJob>& jobs, std::size_t max_payload) {
+  Columns c;
+  std::string payload;
+  for (const auto& job : jobs) {
+    check(job, max_payload, &payload);
+    const auto& o = job.options;
+    add_text(c.queues, o.queue, false);
+    add_text(c.types, job.type, false);
+    add_plain(c.payloads, payload);
+    add_plain(c.priorities, std::to_string(o.priority));
+    add_plain(c.delays, std::to_string(o.delay.count()));
+    add_plain(c.max_attempts, std::to_string(o.max_attempts));
+    add_text(c.run_at, o.run_at ? utc_text(*o.run_at) : std::string(), true);
+    add_text(c.partition_keys, o.partition_key, true);
+    add_text(c.idempotency_keys, o.idempotency_key, true);
+    add_plain(c.timeouts, std::to_string(o.timeout.count()));
+  }
+  for (auto* a : {&c.queues, &c.types, &c.priorities, &c.delays, &c.max_attempts, &c.run_at,
+                  &c.partition_keys, &c.idempotency_keys, &c.timeouts}) {
+    *a += '}';
+  }
+  c.payloads += ']';
+  return c;
+}
+
 // `prepared`: the name under which kEnqueueSql is prepared on tx's connection (a Client's own
 // connection), or empty to send it unprepared (a caller's connection, which we leave as it was).
+// `columns`: send typed columns to enqueue_columns (prepared as kPreparedColumns) rather than
+// JSON to enqueue_many.
 std::vector<std::int64_t> run_enqueue(pqxx::transaction_base& tx, const std::vector<NewJob>& jobs,
                                       const ClientOptions& options,
-                                      const std::string& prepared = {}) {
+                                      const std::string& prepared = {}, bool columns = false) {
   if (jobs.empty()) return {};
   const std::string& schema = options.schema;
-  const std::string encoded = encode(jobs, options.max_payload_bytes);
-  auto rows = translating([&] {
-    return prepared.empty() ? tx.exec_params(detail::with_schema(kEnqueueSql, schema), encoded)
-                            : tx.exec_prepared(prepared, encoded);
-  });
+  pqxx::result rows;
+  if (columns) {
+    const Columns c = encode_columns(jobs, options.max_payload_bytes);
+    rows = translating([&] {
+      return prepared.empty()
+                 ? tx.exec_params(detail::with_schema(kColumnsSql, schema), c.queues, c.types,
+                                  c.payloads, c.priorities, c.delays, c.max_attempts, c.run_at,
+                                  c.partition_keys, c.idempotency_keys, c.timeouts)
+                 : tx.exec_prepared(kPreparedColumns, c.queues, c.types, c.payloads, c.priorities,
+                                    c.delays, c.max_attempts, c.run_at, c.partition_keys,
+                                    c.idempotency_keys, c.timeouts);
+    });
+  } else {
+    const std::string encoded = encode(jobs, options.max_payload_bytes);
+    rows = translating([&] {
+      return prepared.empty() ? tx.exec_params(detail::with_schema(kEnqueueSql, schema), encoded)
+                              : tx.exec_prepared(prepared, encoded);
+    });
+  }
   std::vector<std::int64_t> ids;
   ids.reserve(rows.size());
   for (const auto& r : rows)
@@ -194,6 +287,8 @@ struct Client::Impl {
   // Set for good once the server lost the prepared statement, or another client's was there:
   // a transaction pooler lends each statement any server connection.
   bool unprepared = false;
+  // The role may call enqueue_columns (checked once, at connect).
+  bool columns = false;
 
   // Runs `fn(statement)` with the prepared statement's name, or "" for unprepared; once more
   // unprepared when the server says the prepared statement is gone (it did not run, so it may).
@@ -226,6 +321,14 @@ Client::Client(const std::string& database_url, ClientOptions options) : impl_(n
                                  .application_name = "baton-client",
                                  .session_settings = false});
   impl_->conn->prepare(kPreparedEnqueue, detail::with_schema(kEnqueueSql, impl_->options.schema));
+  {
+    pqxx::nontransaction tx(*impl_->conn);
+    auto allowed = tx.exec_params(kColumnsAllowedSql, impl_->options.schema);
+    impl_->columns = !allowed.empty() && allowed[0][0].as<bool>(false);
+  }
+  if (impl_->columns) {
+    impl_->conn->prepare(kPreparedColumns, detail::with_schema(kColumnsSql, impl_->options.schema));
+  }
 }
 
 Client::~Client() = default;
@@ -233,9 +336,10 @@ Client::~Client() = default;
 std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
   // One statement, so it commits on its own: no BEGIN and COMMIT round trips. (The idempotency
   // lookup that may follow only reads.)
+  const bool columns = impl_->columns && plain_text(jobs);
   auto ids = impl_->with_statement([&](const std::string& statement) {
     pqxx::nontransaction tx(*impl_->conn);
-    return run_enqueue(tx, jobs, impl_->options, statement);
+    return run_enqueue(tx, jobs, impl_->options, statement, columns);
   });
   if (ids.size() == jobs.size()) {
     for (const auto& j : jobs)

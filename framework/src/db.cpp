@@ -222,6 +222,20 @@ std::string int_array(const std::vector<std::int64_t>& values) {
   return out + "}";
 }
 
+std::string text_array(const std::vector<std::string>& values) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (char c : values[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
 std::string double_array(const std::vector<double>& values) {
   std::string out = "{";
   char buf[32];

@@ -294,16 +294,6 @@ std::string tid_array(const std::vector<std::string>& values) {
   return out + "}";
 }
 
-std::string text_array(const std::vector<std::string>& values) {
-  // Queue names are validated ([A-Za-z0-9_.:-]), so double quotes are all an element needs.
-  std::string out = "{";
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out += ',';
-    out += '"' + values[i] + '"';
-  }
-  return out + "}";
-}
-
 }  // namespace
 
 std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,

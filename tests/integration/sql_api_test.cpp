@@ -14,6 +14,8 @@
 namespace {
 
 using namespace baton::test;
+using baton::Client;
+using baton::EnqueueOptions;
 using baton::JobContext;
 using baton::Node;
 
@@ -111,6 +113,9 @@ TEST_F(SqlApi, EnqueueManyOfTenThousandArrivesWholeAndWakesTheLeaderOnce) {
     void operator()(const std::string&, int) override { ++count; }
     int count = 0;
   } wakeups(listener, schema_ + "_jobs");
+  // As a sleeping leader does: hold the wake key of every queue.
+  pqxx::nontransaction(listener).exec("SELECT pg_advisory_lock(hashtextextended(" +
+                                      listener.quote(schema_ + "_jobs/*") + ", 0))");
   EXPECT_EQ(count("SELECT count(*) FROM enqueue_many((SELECT jsonb_agg(jsonb_build_object("
                   "'type', 'noop', 'payload', jsonb_build_object('i', i))) "
                   "FROM generate_series(1, 10000) i))"),
@@ -128,6 +133,156 @@ TEST_F(SqlApi, EnqueueManyOfTenThousandArrivesWholeAndWakesTheLeaderOnce) {
       },
       10s));
   EXPECT_EQ(wakeups.count, 2) << "one wake-up for the batch, one for the marker";
+}
+
+TEST_F(SqlApi, ProducersNotifyOnlyWhileALeaderSleepsOnTheirQueue) {
+  // A NOTIFY makes concurrent producers commit one at a time, so they send one only while a
+  // leader holds the wake key of their queue (or of every queue) exclusively, as it does asleep.
+  pqxx::connection listener(database_url());
+  struct Counter : pqxx::notification_receiver {
+    using pqxx::notification_receiver::notification_receiver;
+    void operator()(const std::string& payload, int) override { seen.push_back(payload); }
+    std::vector<std::string> seen;
+  } wakeups(listener, schema_ + "_jobs");
+  pqxx::connection leader(database_url());
+  pqxx::nontransaction lt(leader);
+  Client client(database_url(), schema_);
+  auto enqueue_every_way = [&](const std::string& queue) {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("SELECT enqueue(" + tx.quote(queue) + ", 'noop')");
+    tx.exec("SELECT enqueue_many(jsonb_build_array(jsonb_build_object('queue', " + tx.quote(queue) +
+            ", 'type', 'noop')))");
+    EnqueueOptions options;
+    options.queue = queue;
+    client.enqueue("noop", {}, options);
+    client.enqueue_many("noop", {{{"a", 1}}, {{"a", 2}}}, options);
+    client.enqueue_copies("noop", {}, 3, options);
+    tx.exec("SELECT pg_notify(current_schema() || '_jobs', 'end')");
+  };
+  auto heard = [&] {
+    EXPECT_TRUE(wait_for(
+        [&] {
+          listener.get_notifs();
+          return !wakeups.seen.empty() && wakeups.seen.back() == "end";
+        },
+        10s));
+    auto out = wakeups.seen;
+    wakeups.seen.clear();
+    return out;
+  };
+  auto key = [&](const std::string& queue) {
+    return "hashtextextended(" + lt.quote(schema_ + "_jobs/" + queue) + ", 0)";
+  };
+  enqueue_every_way("mail");
+  EXPECT_EQ(heard(), std::vector<std::string>{"end"}) << "no leader sleeps: nobody to wake";
+
+  lt.exec("SELECT pg_advisory_lock(" + key("mail") + ")");
+  enqueue_every_way("mail");
+  EXPECT_EQ(heard(), (std::vector<std::string>{"mail", "mail", "mail", "mail", "mail", "end"}))
+      << "one NOTIFY per enqueue";
+  enqueue_every_way("default");
+  EXPECT_EQ(heard(), std::vector<std::string>{"end"}) << "the leader sleeps on mail only";
+
+  lt.exec("SELECT pg_advisory_unlock_all()");
+  lt.exec("SELECT pg_advisory_lock(" + key("*") + ")");
+  enqueue_every_way("default");
+  EXPECT_EQ(heard(), (std::vector<std::string>{"default", "default", "default", "default",
+                                               "default", "end"}));
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 4 * 8);
+}
+
+TEST_F(SqlApi, TheClientsTypedColumnsFollowTheRulesOfEnqueueMany) {
+  // The Client sends typed columns to enqueue_columns; every other producer sends JSON to
+  // enqueue_many. A bad job gets the same answer both ways, and a good one the same row.
+  Client client(database_url(), schema_);
+  struct Case {
+    std::string what;
+    std::string type = "noop";
+    EnqueueOptions options{};
+    nlohmann::json payload = nlohmann::json::object();
+  };
+  std::vector<Case> cases(8);
+  cases[0] = {.what = "bad type", .type = "no spaces"};
+  cases[1] = {.what = "bad queue"};
+  cases[1].options.queue = "-dash";
+  cases[2] = {.what = "priority"};
+  cases[2].options.priority = 40000;
+  cases[3] = {.what = "max_attempts"};
+  cases[3].options.max_attempts = 0;
+  cases[4] = {.what = "delay"};
+  cases[4].options.delay = std::chrono::milliseconds(-1);
+  cases[5] = {.what = "timeout"};
+  cases[5].options.timeout = std::chrono::milliseconds(-5);
+  cases[6] = {.what = "partition key"};
+  cases[6].options.partition_key = std::string(300, 'k');
+  cases[7] = {.what = "payload", .payload = {{"big", std::string(2000, 'x')}}};
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("UPDATE settings SET value = '1000' WHERE key = 'max_payload_bytes'");
+  }
+  auto message = [](auto fn) {
+    try {
+      fn();
+    } catch (const baton::EnqueueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const auto typed = message([&] { client.enqueue_batch({{c.type, c.payload, c.options}}); });
+    nlohmann::json job = {{"queue", c.options.queue},
+                          {"type", c.type},
+                          {"payload", c.payload},
+                          {"priority", c.options.priority},
+                          {"max_attempts", c.options.max_attempts},
+                          {"delay_ms", c.options.delay.count()},
+                          {"timeout_ms", c.options.timeout.count()}};
+    if (!c.options.partition_key.empty()) job["partition_key"] = c.options.partition_key;
+    const auto json = message([&] { client.enqueue_objects(nlohmann::json::array({job})); });
+    EXPECT_NE(typed, "accepted");
+    EXPECT_EQ(typed, json);
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "a refused batch leaves nothing behind";
+
+  // Mismatched columns are refused, not truncated.
+  {
+    pqxx::nontransaction tx(*db_);
+    try {
+      tx.exec(
+          "SELECT enqueue_columns('{default,default}', '{noop}', '[{}]', '{0}', '{0}', "
+          "'{10}', '{NULL}', '{NULL}', '{NULL}', '{0}')");
+      ADD_FAILURE() << "mismatched columns were accepted";
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_EQ(e.sqlstate(), "BT003");
+    }
+  }
+  // A good batch: the same rows both ways, in order.
+  EnqueueOptions options;
+  options.queue = "mail";
+  options.priority = -3;
+  options.max_attempts = 4;
+  options.partition_key = "p \"quoted\" \\ {x}";
+  options.idempotency_key = "k,1";
+  options.timeout = std::chrono::milliseconds(1500);
+  const auto ids = client.enqueue_batch({{"noop", {{"n", 1}}, options}, {"other", {}, {}}});
+  ASSERT_EQ(ids.size(), 2U);
+  EXPECT_LT(ids[0], ids[1]);
+  pqxx::nontransaction tx(*db_);
+  const auto row = tx.exec_params1(
+      "SELECT queue, type, payload::text, priority, max_attempts, partition_key, "
+      "idempotency_key, timeout_ms FROM jobs WHERE id = $1",
+      ids[0]);
+  EXPECT_EQ(row[0].as<std::string>(), "mail");
+  EXPECT_EQ(row[1].as<std::string>(), "noop");
+  EXPECT_EQ(row[2].as<std::string>(), R"({"n": 1})");
+  EXPECT_EQ(row[3].as<int>(), -3);
+  EXPECT_EQ(row[4].as<int>(), 4);
+  EXPECT_EQ(row[5].as<std::string>(), options.partition_key);
+  EXPECT_EQ(row[6].as<std::string>(), "k,1");
+  EXPECT_EQ(row[7].as<int>(), 1500);
+  EXPECT_EQ(client.enqueue_batch({{"noop", {{"n", 2}}, options}}), std::vector{ids[0]})
+      << "a live idempotency key answers with its job";
 }
 
 TEST_F(SqlApi, ATriggerEnqueuesInTheSameTransaction) {

@@ -80,6 +80,82 @@ TEST_F(Worker, EveryEnqueueWakesTheLeaderWithoutWaitingForAPoll) {
   }
 }
 
+TEST_F(Worker, ProducersThatDoNotNotifyNeverStrandAJobWhileTheLeaderSleeps) {
+  // Producers notify only while the leader may sleep. Four producers enqueue in transactions of
+  // their own, some held open a moment after the enqueue, with short gaps: the leader goes from
+  // work to sleep and back many times while producers are between their enqueue and their
+  // commit. With a one-minute poll interval, a job whose producer skipped the NOTIFY just as the
+  // leader fell asleep would wait a minute; every job must finish within seconds.
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(
+      wait_for([&] { return count("SELECT count(*) FROM locks WHERE epoch > 0") == 1; }, 20s));
+  constexpr int kProducers = 4;
+  constexpr int kEach = 150;
+  std::vector<std::thread> producers;
+  std::atomic<int> failures{0};
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      try {
+        pqxx::connection conn(database_url());
+        for (int i = 0; i < kEach; ++i) {
+          pqxx::work tx(conn);
+          baton::enqueue_in(tx, {baton::NewJob{"noop", {{"p", p}, {"i", i}}, {}}},
+                            baton::ClientOptions{.schema = schema_});
+          if (i % 3 == p % 3) std::this_thread::sleep_for(std::chrono::milliseconds(i % 4));
+          tx.commit();
+          if (i % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2 + i % 7));
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "producer " << p << ": " << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : producers)
+    t.join();
+  ASSERT_EQ(failures.load(), 0);
+  EXPECT_TRUE(wait_count("SELECT count(*) FROM job_history", kProducers * kEach, 15s))
+      << count("SELECT count(*) FROM jobs") << " jobs still queued: a wake-up was lost";
+  // And once all is done, a single enqueue still wakes the sleeping leader at once.
+  const auto id = Client(database_url(), schema_).enqueue("noop", {{"last", true}});
+  EXPECT_TRUE(
+      wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 10s));
+}
+
+TEST_F(Worker, ASessionHoldingTheWakeKeysCannotStallTheQueue) {
+  // A stranger that holds a wake key shared keeps the leader from sleeping on it (the leader
+  // polls instead); one that holds it exclusively makes every producer notify. Neither may leave
+  // a job waiting for the one-minute poll interval.
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(
+      wait_for([&] { return count("SELECT count(*) FROM locks WHERE epoch > 0") == 1; }, 20s));
+  pqxx::connection stranger(database_url());
+  pqxx::nontransaction st(stranger);
+  Client client(database_url(), schema_);
+  const std::string key = "hashtextextended(" + st.quote(schema_ + "_jobs/*") + ", 0)";
+  for (const char* hold : {"pg_try_advisory_lock_shared", "pg_try_advisory_lock"}) {
+    SCOPED_TRACE(hold);
+    // The sleeping leader holds the key exclusively; a job wakes it and it lets go.
+    ASSERT_TRUE(wait_for(
+        [&] {
+          client.enqueue("noop", {{"waking", true}});
+          return st.exec(std::string("SELECT ") + hold + "(" + key + ")")[0][0].as<bool>();
+        },
+        10s, 1ms));
+    for (int i = 0; i < 20; ++i) {
+      const auto id = client.enqueue("noop", {{"i", i}});
+      ASSERT_TRUE(
+          wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 10s))
+          << "job " << i << " waits for the poll interval";
+    }
+    st.exec("SELECT pg_advisory_unlock_all()");
+  }
+}
+
 TEST_F(Worker, ClaimedJobsThatHaveNotStartedAreReleasedWhenTheirEpochEnds) {
   // An executor that accepts epoch 2 gets a job claimed under epoch 1 (claimed before a revoke
   // and still waiting for a thread): it must not run, and must go back with its attempt.

@@ -60,6 +60,8 @@ void validate_name(std::string_view what, std::string_view name);
 // A PostgreSQL array literal of integers or doubles, for parameters such as $1::bigint[].
 std::string int_array(const std::vector<std::int64_t>& values);
 std::string double_array(const std::vector<double>& values);
+// A PostgreSQL array literal of strings (each quoted), for parameters such as $1::text[].
+std::string text_array(const std::vector<std::string>& values);
 
 // `sql` with every '@' replaced by the schema, validated and double-quoted: for statements that
 // name baton's schema explicitly (they may run on a caller's connection and search_path).
