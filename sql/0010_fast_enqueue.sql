@@ -136,6 +136,37 @@ BEGIN
 END
 $f$;
 
+-- The problem with one job's typed options, in job_problem's form, or NULL. NULL options take
+-- their defaults. (Inlined where it is called: no sub-SELECT.)
+CREATE FUNCTION _BATON_SCHEMA_.typed_problem(payload jsonb, priority int, max_attempts int,
+                                             delay_ms bigint, timeout_ms int,
+                                             partition_key text, idempotency_key text,
+                                             limit_bytes bigint) RETURNS text
+LANGUAGE sql STABLE AS $f$
+  SELECT CASE
+    WHEN pg_catalog.octet_length(payload::text) > limit_bytes THEN
+      pg_catalog.format('BT002|payload is %s bytes; the limit is %s bytes|',
+                        pg_catalog.octet_length(payload::text), limit_bytes) ||
+        'store large data elsewhere and enqueue a reference to it'
+    WHEN priority NOT BETWEEN -32768 AND 32767 THEN
+      pg_catalog.format('BT003|priority %s is out of range|', priority) ||
+        'use a whole number in -32768..32767 (lower runs first)'
+    WHEN max_attempts NOT BETWEEN 1 AND 1000 THEN
+      pg_catalog.format('BT003|max_attempts %s is out of range|use a whole number in 1..1000',
+                        max_attempts)
+    WHEN delay_ms < 0 THEN
+      'BT003|delay must not be negative|'
+    WHEN delay_ms > 3153600000000 THEN
+      'BT003|delay is over 100 years|give run_at for a far-off date'
+    WHEN timeout_ms NOT BETWEEN 0 AND 2000000000 THEN
+      pg_catalog.format('BT003|timeout %s ms is out of range|', timeout_ms) ||
+        'use a whole number in 0 (none) .. 2000000000 ms'
+    WHEN pg_catalog.octet_length(partition_key) > 256
+      OR pg_catalog.octet_length(idempotency_key) > 256 THEN
+      'BT003|partition_key and idempotency_key are at most 256 bytes|'
+  END
+$f$;
+
 -- enqueue_many for typed columns, one element per job: the C++ Client's batches. Typed values
 -- need no checks of their JSON form, so a batch costs about what its INSERT does. A NULL
 -- element takes the default (the queue and type have none); `payloads` is a JSON array. The
@@ -174,38 +205,16 @@ BEGIN
     PERFORM _BATON_SCHEMA_.check_name('queue', bad.q);
     PERFORM _BATON_SCHEMA_.check_name('type', bad.t);
   END LOOP;
-  SELECT CASE
-    WHEN pg_catalog.octet_length(c.payload::text) > limit_bytes THEN
-      pg_catalog.format('BT002|payload is %s bytes; the limit is %s bytes|',
-                        pg_catalog.octet_length(c.payload::text), limit_bytes) ||
-        'store large data elsewhere and enqueue a reference to it'
-    WHEN c.priority NOT BETWEEN -32768 AND 32767 THEN
-      pg_catalog.format('BT003|priority %s is out of range|', c.priority) ||
-        'use a whole number in -32768..32767 (lower runs first)'
-    WHEN c.max_attempts NOT BETWEEN 1 AND 1000 THEN
-      pg_catalog.format('BT003|max_attempts %s is out of range|use a whole number in 1..1000',
-                        c.max_attempts)
-    WHEN c.delay_ms < 0 THEN
-      'BT003|delay must not be negative|'
-    WHEN c.delay_ms > 3153600000000 THEN
-      'BT003|delay is over 100 years|give run_at for a far-off date'
-    WHEN c.timeout_ms NOT BETWEEN 0 AND 2000000000 THEN
-      pg_catalog.format('BT003|timeout %s ms is out of range|', c.timeout_ms) ||
-        'use a whole number in 0 (none) .. 2000000000 ms'
-    WHEN pg_catalog.octet_length(c.partition_key) > 256
-      OR pg_catalog.octet_length(c.idempotency_key) > 256 THEN
-      'BT003|partition_key and idempotency_key are at most 256 bytes|'
-    END INTO problem
+  SELECT q.p INTO problem
     FROM ROWS FROM (jsonb_array_elements(payloads), unnest(priorities), unnest(max_attempts),
                     unnest(delays_ms), unnest(timeouts_ms), unnest(partition_keys),
                     unnest(idempotency_keys)) WITH ORDINALITY
            AS c(payload, priority, max_attempts, delay_ms, timeout_ms, partition_key,
-                idempotency_key, ord)
-   WHERE pg_catalog.octet_length(c.payload::text) > limit_bytes
-      OR c.priority NOT BETWEEN -32768 AND 32767 OR c.max_attempts NOT BETWEEN 1 AND 1000
-      OR c.delay_ms NOT BETWEEN 0 AND 3153600000000 OR c.timeout_ms NOT BETWEEN 0 AND 2000000000
-      OR pg_catalog.octet_length(c.partition_key) > 256
-      OR pg_catalog.octet_length(c.idempotency_key) > 256
+                idempotency_key, ord),
+         LATERAL (SELECT _BATON_SCHEMA_.typed_problem(c.payload, c.priority, c.max_attempts,
+                                                      c.delay_ms, c.timeout_ms, c.partition_key,
+                                                      c.idempotency_key, limit_bytes) AS p) q
+   WHERE q.p IS NOT NULL
    ORDER BY c.ord LIMIT 1;
   IF problem IS NOT NULL THEN
     PERFORM _BATON_SCHEMA_.raise_problem(problem);
@@ -239,6 +248,62 @@ BEGIN
            (SELECT current_schema() || '_jobs' AS channel) c
      WHERE NOT _BATON_SCHEMA_.leader_busy(c.channel, d.q))
   SELECT id FROM ins WHERE (SELECT n FROM wake) >= 0 ORDER BY id;
+END
+$f$;
+
+-- One job, typed: checked and inserted directly, not through enqueue_many's JSON (a quarter of
+-- the CPU time). Same arguments, rules, messages and answer as before.
+CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.enqueue(
+    queue text, type text, payload jsonb DEFAULT '{}', priority int DEFAULT 0,
+    run_at timestamptz DEFAULT NULL, max_attempts int DEFAULT 10, partition_key text DEFAULT NULL,
+    idempotency_key text DEFAULT NULL, timeout_ms int DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = _BATON_SCHEMA_, pg_temp AS $f$
+#variable_conflict use_column
+DECLARE
+  new_id bigint;
+  problem text;
+  channel text;
+  limit_bytes bigint;
+BEGIN
+  -- NULL is not the default queue.
+  IF NOT _BATON_SCHEMA_.name_ok(queue) THEN
+    PERFORM _BATON_SCHEMA_.check_name('queue', queue);
+  END IF;
+  IF NOT _BATON_SCHEMA_.name_ok(type) THEN
+    PERFORM _BATON_SCHEMA_.check_name('type', type);
+  END IF;
+  SELECT s.value::bigint INTO limit_bytes FROM _BATON_SCHEMA_.settings s
+   WHERE s.key = 'max_payload_bytes';
+  -- A simple expression (no sub-SELECT): PL/pgSQL evaluates it without the executor.
+  problem := _BATON_SCHEMA_.typed_problem(coalesce(payload, '{}'), priority, max_attempts, 0,
+                                          timeout_ms, partition_key, idempotency_key,
+                                          limit_bytes);
+  IF problem IS NOT NULL THEN
+    PERFORM _BATON_SCHEMA_.raise_problem(problem);
+  END IF;
+  INSERT INTO _BATON_SCHEMA_.jobs AS j (queue, type, payload, priority, run_at, max_attempts,
+                                        partition_key, partition, idempotency_key, timeout_ms)
+  VALUES (enqueue.queue, enqueue.type, coalesce(enqueue.payload, '{}'),
+          coalesce(enqueue.priority, 0), coalesce(enqueue.run_at, now()),
+          coalesce(enqueue.max_attempts, 10), enqueue.partition_key,
+          CASE WHEN enqueue.partition_key IS NOT NULL
+               THEN _BATON_SCHEMA_.job_partition(enqueue.queue, enqueue.partition_key) END,
+          enqueue.idempotency_key, nullif(enqueue.timeout_ms, 0))
+  ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING j.id INTO new_id;
+  IF new_id IS NULL THEN
+    IF idempotency_key IS NOT NULL THEN
+      SELECT j.id INTO new_id FROM _BATON_SCHEMA_.jobs j
+       WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key;
+    END IF;
+    RETURN new_id;
+  END IF;
+  channel := current_schema() || '_jobs';
+  IF NOT _BATON_SCHEMA_.leader_busy(channel, queue) THEN
+    PERFORM pg_notify(channel, queue);
+  END IF;
+  RETURN new_id;
 END
 $f$;
 

@@ -116,7 +116,12 @@ int Poller::buffer_size() const {
   const double run = executor_.mean_run_seconds();
   if (run <= 0) return 0;
   const double fits = executor_.threads() * kMaxWaitSeconds / std::max(run, 1e-6);
-  return static_cast<int>(std::min<double>(config_.batch_size, fits));
+  // And its payloads under 64 MiB: a batch size of 1,000 is right for small payloads, not for
+  // large ones.
+  constexpr double kMaxBufferBytes = 64.0 * 1024 * 1024;
+  const double by_size = kMaxBufferBytes / std::max(mean_payload_bytes_, 1.0);
+  return static_cast<int>(
+      std::min<double>({static_cast<double>(config_.batch_size), fits, by_size}));
 }
 
 Poller::Round Poller::claim_round(Run& run) {
@@ -134,6 +139,12 @@ Poller::Round Poller::claim_round(Run& run) {
     auto jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
                                    config_.connect.schema);
     more = more || jobs.size() == static_cast<std::size_t>(want);
+    for (const auto& j : jobs) {
+      // A moving mean over about the last 1,000 jobs.
+      const auto bytes = static_cast<double>(j.job.payload.size());
+      mean_payload_bytes_ += (bytes - mean_payload_bytes_) / 1000.0;
+      mean_payload_bytes_ = std::max(mean_payload_bytes_, bytes / 100.0);
+    }
     round.room = true;
     round.jobs += static_cast<int>(jobs.size());
     for (auto& j : jobs)

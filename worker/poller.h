@@ -44,7 +44,7 @@ struct PollerConfig {
   std::vector<std::string> queues;          // empty: all
   std::map<std::string, int> queue_limits;  // most jobs of a queue running at once
   std::vector<std::string> types{};         // the job types this node has handlers for
-  int batch_size = 100;
+  int batch_size = 1000;
   Millis poll_interval{1000};
   // A claim that waits this long for a row another transaction holds gives up, and the claims
   // of the next minute skip held rows (a row lock each) instead of waiting.
@@ -103,8 +103,10 @@ class Poller {
   Executor& executor_;
   detail::JobObserver* const observer_;
   const detail::Lease& lease_;
-  std::vector<std::string> wake_keys_;  // "<channel>/<queue>", or "<channel>/*" for every queue
-  std::shared_ptr<Run> run_;            // the current epoch's (owner thread only)
+  std::vector<std::string> wake_keys_;
+  // Claiming thread only: the mean payload size of claimed jobs (a large one lifts it at once).
+  double mean_payload_bytes_ = 0;  // "<channel>/<queue>", or "<channel>/*" for every queue
+  std::shared_ptr<Run> run_;       // the current epoch's (owner thread only)
   detail::Waker waker_;
   std::thread thread_;
 };

@@ -47,10 +47,10 @@ struct NodeConfig {
   std::string metrics_listen = "127.0.0.1:9464";
   // Apply pending migrations at start (under an advisory lock; a no-op when current).
   bool migrate = true;
-  // Most jobs one claim statement takes, and most claimed jobs kept waiting for a thread. The
-  // wait is sized from the jobs' run time to about 100 ms, so slow jobs get no buffer; raise
-  // this for short jobs with small payloads (bench/ uses 1000).
-  int batch_size = 100;
+  // Most jobs one claim statement takes, and most claimed jobs kept waiting for a thread. Below
+  // this cap the claim adapts: one job per free thread, plus a buffer of about 100 ms of work
+  // (none for slow jobs) whose payloads stay under 64 MiB.
+  int batch_size = 1000;
   // How often the leader polls when no NOTIFY arrives.
   Millis poll_interval{1000};
 
