@@ -43,6 +43,11 @@ class HostileRoles : public SchemaTest {
     }
   }
   std::string q(const std::string& name) { return schema_ + "." + name; }
+  // A call of enqueue_columns for one job of the default queue.
+  std::string columns_call(const std::string& payload, const std::string& partition_key) {
+    return "SELECT * FROM " + q("enqueue_columns") + "('{default}', '{noop}', '[" + payload +
+           "]', '{0}', '{0}', '{10}', '{NULL}', '{" + partition_key + "}', '{NULL}', '{0}')";
+  }
 
   std::string producer_, stranger_, operator_;
 };
@@ -72,9 +77,10 @@ TEST_F(HostileRoles, AProducersTempJobsTableWithATriggerNeverRunsAsTheOwner) {
   EXPECT_EQ(attempt(*attacker, "SELECT " + q("enqueue") + "('default', 'noop')"), "");
   EXPECT_EQ(attempt(*attacker, "SELECT * FROM " + q("enqueue_many") + "('[{\"type\": \"noop\"}]')"),
             "");
+  EXPECT_EQ(attempt(*attacker, columns_call("{}", "NULL")), "");
   EXPECT_EQ(count("SELECT count(*) FROM pg_tables WHERE tablename = '" + planted + "'"), 0)
       << "the producer's trigger ran as the schema's owner";
-  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs")), 2) << "the jobs went to the temp table";
+  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs")), 3) << "the jobs went to the temp table";
 }
 
 TEST_F(HostileRoles, AProducersTempSettingsNeverLiftThePayloadLimit) {
@@ -88,6 +94,10 @@ TEST_F(HostileRoles, AProducersTempSettingsNeverLiftThePayloadLimit) {
                                             "('default', 'noop', jsonb_build_object('blob', "
                                             "repeat('x', 2000000)))");
   EXPECT_NE(error.find("the limit is 1048576 bytes"), std::string::npos) << error;
+  const auto columns_error = attempt(
+      *attacker, columns_call("{\"blob\": \"" + std::string(2'000'000, 'x') + "\"}", "NULL"));
+  EXPECT_NE(columns_error.find("the limit is 1048576 bytes"), std::string::npos)
+      << columns_error.substr(0, 300);
   EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs")), 0);
 }
 
@@ -103,7 +113,8 @@ TEST_F(HostileRoles, AProducersTempQueueStateNeverPartitionsAQueue) {
   EXPECT_EQ(
       attempt(*attacker, "SELECT " + q("enqueue") + "('default', 'noop', partition_key => 'k')"),
       "");
-  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs") + " WHERE partition IS NULL"), 1)
+  EXPECT_EQ(attempt(*attacker, columns_call("{}", "k")), "");
+  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs") + " WHERE partition IS NULL"), 2)
       << "a producer's temp table made an unordered queue ordered";
 }
 
