@@ -169,6 +169,12 @@ Metrics::Metrics(const std::string& node_id, std::string deployment)
                         .Help("Handler threads in this node's pool.")
                         .Register(*registry_)
                         .Add({})),
+      pool_concurrency_(BuildGauge()
+                            .Name("baton_pool_concurrency")
+                            .Help("Jobs the pool runs at once now: adapted to how much of a run's "
+                                  "time is CPU, at most baton_pool_threads.")
+                            .Register(*registry_)
+                            .Add({})),
       pool_busy_(BuildGauge()
                      .Name("baton_pool_busy_threads")
                      .Help("Handler threads running a job now.")
@@ -375,9 +381,10 @@ void Metrics::jobs_released(std::size_t count) {
   released_.Increment(static_cast<double>(count));
 }
 
-void Metrics::pool_busy(int busy, int threads) {
+void Metrics::pool_busy(int busy, int threads, int concurrency) {
   pool_busy_.Set(busy);
   pool_threads_.Set(threads);
+  pool_concurrency_.Set(concurrency);
 }
 
 void Metrics::granted(std::int64_t epoch, double failover_seconds) {

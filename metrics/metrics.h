@@ -49,7 +49,7 @@ class Metrics final : public detail::JobObserver,
                     double run_seconds, double total_seconds) override;
   void jobs_fenced(std::string_view queue, std::string_view type, std::size_t count) override;
   void jobs_released(std::size_t count) override;
-  void pool_busy(int busy, int threads) override;
+  void pool_busy(int busy, int threads, int concurrency) override;
   void claimed_waiting(int count) override;
   void completer_pending(std::size_t count) override;
 
@@ -109,6 +109,7 @@ class Metrics final : public detail::JobObserver,
   prometheus::Counter& evictions_;
   prometheus::Gauge& stranger_;
   prometheus::Gauge& pool_threads_;
+  prometheus::Gauge& pool_concurrency_;
   prometheus::Gauge& pool_busy_;
   prometheus::Gauge& claimed_waiting_;
   prometheus::Gauge& completer_pending_;

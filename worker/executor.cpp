@@ -4,7 +4,12 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 
+#include <sys/resource.h>
+#include <time.h>
+
 #include <algorithm>
+#include <cmath>
+#include <thread>
 
 #include "baton/detail/call_watch.h"
 #include "baton/detail/text.h"
@@ -71,7 +76,62 @@ Executor::Executor(ExecutorConfig config, const detail::HandlerRegistry& handler
       observer_(observer),
       lease_valid_(std::move(lease_valid)),
       on_slot_free_(std::move(on_slot_free)),
+      cores_(std::max(1U, std::thread::hardware_concurrency())),
       pool_(std::make_unique<boost::asio::thread_pool>(config_.threads)) {}
+
+namespace {
+
+// This thread's CPU time and how often it gave up the CPU to wait (I/O, a sleep, a lock).
+struct ThreadUsage {
+  double cpu_seconds = 0;
+  long waits = 0;
+};
+ThreadUsage thread_usage() {
+  ThreadUsage u;
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  u.cpu_seconds = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+  rusage ru{};
+  if (getrusage(RUSAGE_THREAD, &ru) == 0) u.waits = ru.ru_nvcsw;
+  return u;
+}
+
+// The share of a run's wall time that needed a core. A run that never waited was CPU all along,
+// whatever the wall clock says (other threads took the cores meanwhile): 1.
+double cpu_share(const ThreadUsage& before, const ThreadUsage& after, double wall_seconds) {
+  if (after.waits == before.waits || wall_seconds <= 0) return 1.0;
+  return std::clamp((after.cpu_seconds - before.cpu_seconds) / wall_seconds, 0.0, 1.0);
+}
+
+}  // namespace
+
+int Executor::concurrency() const {
+  const double share = mean_cpu_share_.load(std::memory_order_relaxed);
+  if (share <= 0) return config_.threads;
+  const double want = std::round(cores_ / std::max(share, 1e-3));
+  const int low = std::min(config_.threads, cores_);
+  return std::clamp(static_cast<int>(std::min<double>(want, config_.threads)), low,
+                    config_.threads);
+}
+
+void Executor::enter() {
+  std::unique_lock lock(gate_mutex_);
+  gate_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return running_ < concurrency(); });
+  ++running_;
+}
+
+void Executor::leave(double share) {
+  if (share >= 0) {
+    const double mean = mean_cpu_share_.load(std::memory_order_relaxed);
+    mean_cpu_share_.store(mean == 0 ? share : mean + (share - mean) / 8,
+                          std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard lock(gate_mutex_);
+    --running_;
+  }
+  gate_cv_.notify_one();
+}
 
 Executor::~Executor() {
   if (pool_) pool_->join();
@@ -142,12 +202,13 @@ void Executor::submit(detail::ClaimedJob job) {
     run->claimed = std::move(job);
     runs_.emplace(run->claimed.job.id, run);
   }
-  if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads);
+  if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads, concurrency());
   boost::asio::post(*pool_, [this, run = std::move(run)] { start(run); });
 }
 
 void Executor::start(const std::shared_ptr<Run>& run) {
   const auto& claimed = run->claimed;
+  enter();
   const int still_waiting = waiting_.fetch_sub(1) - 1;
   if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
   const auto epoch = claimed.job.epoch;
@@ -161,12 +222,19 @@ void Executor::start(const std::shared_ptr<Run>& run) {
       observer_->job_started(claimed.job.queue, claimed.job.type, claimed.wait_seconds + held);
     }
     const auto started = Clock::now();
+    // Runs of a millisecond or more are measured (two system calls each side), and one in 8 of
+    // shorter ones.
+    const bool sample = mean_run_seconds_.load(std::memory_order_relaxed) >= 1e-3 ||
+                        (samples_.fetch_add(1, std::memory_order_relaxed) % 8) == 0;
+    const ThreadUsage before = sample ? thread_usage() : ThreadUsage{};
     this->run(*run);
     const double took = std::chrono::duration<double>(Clock::now() - started).count();
     const double mean = mean_run_seconds_.load(std::memory_order_relaxed);
     mean_run_seconds_.store(mean == 0 ? took : mean + (took - mean) / 16,
                             std::memory_order_relaxed);
+    leave(sample ? cpu_share(before, thread_usage(), took) : -1);
   } else {
+    leave(-1);
     completer_.add(detail::Release{claimed.job.id, epoch, claimed.token});
   }
   {
@@ -181,7 +249,7 @@ void Executor::start(const std::shared_ptr<Run>& run) {
     }
   }
   const int now_busy = busy_.fetch_sub(1) - 1;
-  if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads);
+  if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads, concurrency());
   if (now_busy == 0) {
     std::lock_guard lock(idle_mutex_);
     idle_cv_.notify_all();

@@ -1,9 +1,16 @@
 // Executor: runs handlers on a boost::asio::thread_pool of a fixed size and turns each run into
-// an outcome for the completer. Submitted jobs wait in the pool's queue for a free thread; the
-// poller keeps that queue short (see poller.h). A job starts only while the executor accepts its
-// epoch AND the lease of that epoch is valid at that instant: jobs that cannot start (leadership
-// ended, a graceful shutdown began, or the lease ran out while they waited) are released back to
-// the queue through the completer instead.
+// an outcome for the completer. How many run at once adapts to the jobs: handlers that keep a
+// thread's CPU busy (no-op and compute jobs) run about one per core, since more only contend for
+// the cores; handlers that wait (I/O, sleeps) run up to every thread. The share of a run's wall
+// time that needed a core (all of it for a run that never waited, however long other threads
+// kept it off the CPU), averaged over recent runs, sets it: cores / share, between
+// min(threads, cores) and threads. A job that has waited a second for a place starts anyway (up
+// to threads), so jobs that wait for each other cannot deadlock below the thread count. Submitted
+// jobs wait in the pool's queue for a free thread; the poller keeps that queue short (see
+// poller.h). A job starts only while the executor accepts its epoch AND the lease of that epoch is
+// valid at that instant: jobs that cannot start (leadership ended, a graceful shutdown began, or
+// the lease ran out while they waited) are released back to the queue through the completer
+// instead.
 //
 // Cancellation is per epoch and per job: when an epoch ends, every run of that epoch sees
 // cancelled() (and a later epoch of the same node never clears it); a job cancelled by a producer
@@ -38,7 +45,7 @@ struct ExecutorConfig {
   // The handlers' connections may go through a transaction pooler (the node was given a
   // separate election URL): their session settings are repeated in every transaction.
   bool pooled = false;
-  int threads = 8;
+  int threads = 16;
   std::string node_id;
   detail::RetryPolicy retry;
 };
@@ -54,8 +61,10 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   int threads() const { return config_.threads; }
-  // Threads minus submitted jobs (running or waiting); negative while jobs wait.
-  int free_slots() const { return config_.threads - busy_.load(); }
+  // How many jobs may run at once now (see above).
+  int concurrency() const;
+  // concurrency() minus submitted jobs (running or waiting); negative while jobs wait.
+  int free_slots() const { return concurrency() - busy_.load(); }
   // Submitted jobs that wait for a thread.
   int waiting() const { return waiting_.load(); }
   // Moving average of how long a handler runs, in seconds; 0 until one has run.
@@ -97,6 +106,10 @@ class Executor {
   };
 
   void start(const std::shared_ptr<Run>& run);
+  // A place among the concurrency() jobs running (or a second's wait); and its end.
+  void enter();
+  // `cpu_share`: the measured run's (see executor.cpp), or negative when it was not measured.
+  void leave(double cpu_share);
   void run(Run& run);
   // Runs a transactional handler and commits its writes with the completion. Returns false when
   // the commit was fenced (the outcome is then settled: nothing more to record).
@@ -116,6 +129,12 @@ class Executor {
   std::atomic<int> busy_{0};
   std::atomic<int> waiting_{0};              // submitted, not started by a thread yet
   std::atomic<double> mean_run_seconds_{0};  // updated by load and store: a lost update is fine
+  std::atomic<double> mean_cpu_share_{0};    // the same; 0 until a job has run
+  std::atomic<unsigned> samples_{0};
+  const int cores_;
+  std::mutex gate_mutex_;  // guards running_
+  std::condition_variable gate_cv_;
+  int running_ = 0;
   std::atomic<int> refill_mark_{0};
   std::atomic<std::int64_t> accepting_{0};  // the epoch whose jobs may start; 0: none
   mutable std::mutex runs_mutex_;           // guards queue_busy_, runs_ and epochs_

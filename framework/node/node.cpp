@@ -248,7 +248,7 @@ void Node::run() {
                describe_database_url(c.database_url), c.schema, c.threads);
 
   s.metrics = std::make_unique<metrics::Metrics>(c.node_id, c.deployment());
-  s.metrics->pool_busy(0, c.threads);
+  s.metrics->pool_busy(0, c.threads, c.threads);
   if (c.metrics_listen != "off") {
     s.metrics->serve(c.metrics_listen, [&s]() -> std::string {
       if (!s.schema_ready.load()) return "database not reached yet, or schema not checked";

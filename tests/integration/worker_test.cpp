@@ -1,6 +1,7 @@
 // The worker runtime with a node in this process and a real PostgreSQL: claims sized to free
 // threads, per-queue limits, revoke reaching running handlers, hung jobs, history pruning.
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <atomic>
 #include <thread>
@@ -222,6 +223,57 @@ TEST_F(Worker, AQueueNeverRunsMoreThanItsConcurrencyLimit) {
   ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 18; }, 30s));
   EXPECT_EQ(most_slow.load(), 1);
   EXPECT_GE(most_fast.load(), 3) << "the other queues use the rest of the pool";
+}
+
+TEST_F(Worker, HowManyJobsRunAtOnceFollowsWhetherTheyNeedTheCpuOrWait) {
+  // 16 threads. Jobs that wait (a sleep, as I/O would) run 16 at a time; jobs that keep their
+  // thread's CPU busy run about one per core: more would only take turns on the cores.
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  if (cores >= 8) GTEST_SKIP() << "with " << cores << " cores a CPU-bound pool of 16 may be right";
+  std::atomic<int> now{0}, most{0};
+  std::atomic<int> done{0};
+  std::atomic<int> most_late{0};  // among the later half of the CPU-bound jobs
+  auto note = [&](std::atomic<int>& peak) {
+    const int n = ++now;
+    for (int seen = peak.load(); n > seen && !peak.compare_exchange_weak(seen, n);) {
+    }
+  };
+  auto config = test_config(schema_, "solo");
+  config.threads = 16;
+  RunningNode n(config, [&](Node& node) {
+    node.handle("wait", [&](JobContext&) {
+      note(most);
+      std::this_thread::sleep_for(50ms);
+      --now;
+    });
+    node.handle("spin", [&](JobContext&) {
+      const bool late = done.load() >= 40;
+      if (late)
+        note(most_late);
+      else
+        ++now;
+      // 5 ms of this thread's CPU, however long that takes on a busy machine.
+      timespec start{}, t{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+      for (int i = 0; i < 100'000'000; ++i) {
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        if ((t.tv_sec - start.tv_sec) * 1'000'000'000L + (t.tv_nsec - start.tv_nsec) > 5'000'000) {
+          break;
+        }
+      }
+      --now;
+      ++done;
+    });
+  });
+  Client client(database_url(), schema_);
+  client.enqueue_copies("wait", {}, 64);
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 64; }, 30s));
+  EXPECT_GE(most.load(), 12) << "jobs that wait should run on (nearly) every thread";
+  client.enqueue_copies("spin", {}, 120);
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 184; }, 60s));
+  EXPECT_GE(most_late.load(), 1);
+  EXPECT_LE(most_late.load(), 2 * cores)
+      << "CPU-bound jobs ran " << most_late.load() << " at once on " << cores << " cores";
 }
 
 TEST_F(Worker, RevokeCancelsRunningHandlers) {

@@ -36,8 +36,9 @@ struct NodeConfig {
   std::string cluster;
   // This node's name in the lock row, the nodes table and application_name. Default host:pid.
   std::string node_id;
-  // Handler threads of the leader's pool.
-  int threads = 8;
+  // Handler threads of the leader's pool: the most jobs it runs at once. Fewer run while the
+  // jobs keep their threads' CPU busy (about one per core; see worker/executor.h).
+  int threads = 16;
   // Queues this node consumes; empty means every queue.
   std::vector<std::string> queues;
   // Most jobs of a queue running at once on the leader, e.g. {{"emails", 4}}; others share

@@ -32,7 +32,7 @@ class JobObserver : public virtual ErrorObserver {
   virtual void jobs_fenced(std::string_view queue, std::string_view type, std::size_t count) = 0;
   // Claimed jobs that never started (their epoch ended first) put back in the queue.
   virtual void jobs_released(std::size_t count) = 0;
-  virtual void pool_busy(int busy, int threads) = 0;
+  virtual void pool_busy(int busy, int threads, int concurrency) = 0;
   // Jobs handed to the pool that no thread has started yet.
   virtual void claimed_waiting(int count) = 0;
   // Outcomes waiting to be written by the completer.
