@@ -26,6 +26,9 @@ struct CallWatch::State {
   std::vector<Call> calls;
   std::multiset<Owner> aborting;
   std::uint64_t next_id = 1;
+  // When the watchdog wakes next on its own (under mutex). A call armed with a later deadline
+  // needs no wake-up: waking the watchdog on every call cost a context switch per claim.
+  Clock::time_point wakes_at = Clock::time_point::min();
   std::atomic<std::uint64_t> cut_count{0};
   bool stopping = false;
   std::thread thread;
@@ -67,8 +70,7 @@ CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point d
   {
     std::lock_guard lock(s.mutex);
     id = s.next_id++;
-    earliest = std::all_of(s.calls.begin(), s.calls.end(),
-                           [&](const State::Call& c) { return deadline < c.deadline; });
+    earliest = deadline < s.wakes_at;
     s.calls.push_back({id, fd, deadline, owner});
     if (s.aborting.count(owner) != 0) s.cut_call(s.calls.back());
   }
@@ -121,11 +123,10 @@ void CallWatch::loop() {
         next = std::min(next, c.deadline);
       }
     }
-    if (next == Clock::time_point::max()) {
-      s.cv.wait(lock);
-    } else {
-      s.cv.wait_until(lock, next);
-    }
+    // With nothing due soon, look again in 100 ms: a call armed meanwhile with a later
+    // deadline is then found without waking the watchdog for it.
+    s.wakes_at = std::min(next, now + std::chrono::milliseconds(100));
+    s.cv.wait_until(lock, s.wakes_at);
   }
 }
 

@@ -22,8 +22,9 @@ UPDATE jobs j
            AND (cardinality($5::text[]) = 0 OR queue = ANY ($5::text[]))
            AND NOT (queue = ANY ($7::text[]))
            -- Only types this node handles: during a rolling deploy that adds a type, an old
-           -- leader leaves the new jobs waiting for a leader that knows them.
-           AND type = ANY ($9::text[])
+           -- leader leaves the new jobs waiting for a leader that knows them. (Compared
+           -- bytewise: no collation to look up per comparison.)
+           AND type COLLATE "C" = ANY ($9::text[])
            -- Looked up per job only while some queue is paused.
            AND (NOT EXISTS (SELECT 1 FROM queue_state WHERE paused)
                 OR NOT EXISTS (SELECT 1 FROM queue_state s WHERE s.queue = jobs.queue AND s.paused))
