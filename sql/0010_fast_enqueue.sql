@@ -16,10 +16,22 @@
 --       does not, it notifies as before.
 --   A session that holds a wake key shared for long only makes the leader poll more often (every
 --   50 ms at most); one that holds it exclusively only makes producers notify as before.
+-- * Names are checked and hashed under the "C" collation: a text argument carries its caller's
+--   collation into a function, and under a nondeterministic one (a producer may create one in
+--   pg_temp) ltrim(name, allowed) = '' held for names with ignorable characters.
 
 DO $migration$
 DECLARE
   functions text := $functions$
+
+CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.name_ok(name text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $f$
+  SELECT name IS NOT NULL AND octet_length(name) BETWEEN 1 AND 64
+     AND pg_catalog.ltrim(name COLLATE "C",
+           'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-') = ''
+     AND pg_catalog.ltrim(pg_catalog.left(name COLLATE "C", 1),
+           'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789') = ''
+$f$;
 
 -- The first key of a job object that enqueue_many does not know, quoted.
 CREATE FUNCTION _BATON_SCHEMA_.first_unknown_key(j jsonb) RETURNS text
@@ -83,9 +95,9 @@ $f$;
 CREATE FUNCTION _BATON_SCHEMA_.leader_busy(channel text, queue text) RETURNS boolean
 LANGUAGE sql VOLATILE AS $f$
   SELECT pg_catalog.pg_try_advisory_xact_lock_shared(
-           pg_catalog.hashtextextended(channel || '/' || queue, 0))
+           pg_catalog.hashtextextended((channel || '/' || queue) COLLATE "C", 0))
      AND pg_catalog.pg_try_advisory_xact_lock_shared(
-           pg_catalog.hashtextextended(channel || '/*', 0))
+           pg_catalog.hashtextextended((channel || '/*') COLLATE "C", 0))
 $f$;
 
 CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.enqueue_many(jobs jsonb) RETURNS SETOF bigint
@@ -127,7 +139,8 @@ $f$;
 CREATE FUNCTION _BATON_SCHEMA_.raise_problem(problem text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = _BATON_SCHEMA_, pg_temp AS $f$
 DECLARE
-  parts text[] := regexp_match(problem, '^([^|]*)\|(.*)\|([^|]*)$');
+  -- The problem may quote a caller's text in the caller's collation: match it bytewise.
+  parts text[] := regexp_match(problem COLLATE "C", '^([^|]*)\|(.*)\|([^|]*)$');
 BEGIN
   IF parts[3] = '' THEN
     RAISE EXCEPTION USING ERRCODE = parts[1], MESSAGE = parts[2];
@@ -181,7 +194,7 @@ DECLARE
   jobs_count int := cardinality(types);
   limit_bytes bigint := (SELECT s.value::bigint FROM _BATON_SCHEMA_.settings s
                           WHERE s.key = 'max_payload_bytes');
-  bad record;
+  bad_names boolean;
   problem text;
 BEGIN
   IF jsonb_typeof(payloads) IS DISTINCT FROM 'array' OR jobs_count IS NULL
@@ -196,24 +209,32 @@ BEGIN
       MESSAGE = 'enqueue_columns takes one element per job in every column',
       HINT = 'payloads is a JSON array; the other columns are arrays of the same length';
   END IF;
-  FOR bad IN
-    SELECT d.q, d.t FROM (SELECT DISTINCT u.q, u.t FROM unnest(queues, types) AS u(q, t)
-                          OFFSET 0) d
-     WHERE NOT _BATON_SCHEMA_.name_ok(d.q) OR NOT _BATON_SCHEMA_.name_ok(d.t)
-     LIMIT 1
-  LOOP
-    PERFORM _BATON_SCHEMA_.check_name('queue', bad.q);
-    PERFORM _BATON_SCHEMA_.check_name('type', bad.t);
-  END LOOP;
+  -- Names are checked once per distinct name (bytewise); only when one is bad are they checked
+  -- job by job, so that the first job with a problem is the one reported, as enqueue_many does.
+  bad_names := EXISTS (
+    SELECT 1 FROM (SELECT DISTINCT u.q COLLATE "C" AS q, u.t COLLATE "C" AS t
+                     FROM unnest(queues, types) AS u(q, t) OFFSET 0) d
+     WHERE NOT _BATON_SCHEMA_.name_ok(d.q) OR NOT _BATON_SCHEMA_.name_ok(d.t));
   SELECT q.p INTO problem
-    FROM ROWS FROM (jsonb_array_elements(payloads), unnest(priorities), unnest(max_attempts),
-                    unnest(delays_ms), unnest(timeouts_ms), unnest(partition_keys),
-                    unnest(idempotency_keys)) WITH ORDINALITY
-           AS c(payload, priority, max_attempts, delay_ms, timeout_ms, partition_key,
-                idempotency_key, ord),
-         LATERAL (SELECT _BATON_SCHEMA_.typed_problem(c.payload, c.priority, c.max_attempts,
+    FROM ROWS FROM (unnest(queues), unnest(types), jsonb_array_elements(payloads),
+                    unnest(priorities), unnest(max_attempts), unnest(delays_ms),
+                    unnest(timeouts_ms), unnest(partition_keys), unnest(idempotency_keys))
+           WITH ORDINALITY
+           AS c(queue, type, payload, priority, max_attempts, delay_ms, timeout_ms,
+                partition_key, idempotency_key, ord),
+         LATERAL (SELECT CASE
+                    WHEN bad_names AND NOT _BATON_SCHEMA_.name_ok(c.queue) THEN
+                      pg_catalog.format('BT001|queue name %s is not allowed|',
+                                        coalesce(pg_catalog.quote_literal(c.queue), 'NULL')) ||
+                        'use 1..64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit'
+                    WHEN bad_names AND NOT _BATON_SCHEMA_.name_ok(c.type) THEN
+                      pg_catalog.format('BT001|type name %s is not allowed|',
+                                        coalesce(pg_catalog.quote_literal(c.type), 'NULL')) ||
+                        'use 1..64 of A-Z a-z 0-9 _ . : -, starting with a letter or digit'
+                    ELSE _BATON_SCHEMA_.typed_problem(c.payload, c.priority, c.max_attempts,
                                                       c.delay_ms, c.timeout_ms, c.partition_key,
-                                                      c.idempotency_key, limit_bytes) AS p) q
+                                                      c.idempotency_key, limit_bytes)
+                  END AS p) q
    WHERE q.p IS NOT NULL
    ORDER BY c.ord LIMIT 1;
   IF problem IS NOT NULL THEN
@@ -221,10 +242,13 @@ BEGIN
   END IF;
   RETURN QUERY
   WITH input AS (
-    SELECT u.queue, u.type, u.payload, coalesce(u.priority, 0) AS priority,
+    SELECT u.queue COLLATE "C" AS queue, u.type COLLATE "C" AS type, u.payload,
+           coalesce(u.priority, 0) AS priority,
            coalesce(u.run_at, now() + coalesce(u.delay_ms, 0) * interval '1 millisecond')
              AS run_at,
-           coalesce(u.max_attempts, 10) AS max_attempts, u.partition_key, u.idempotency_key,
+           coalesce(u.max_attempts, 10) AS max_attempts,
+           u.partition_key COLLATE "C" AS partition_key,
+           u.idempotency_key COLLATE "C" AS idempotency_key,
            nullif(u.timeout_ms, 0) AS timeout_ms, u.ord
       FROM ROWS FROM (unnest(queues), unnest(types), jsonb_array_elements(payloads),
                       unnest(priorities), unnest(delays_ms), unnest(max_attempts), unnest(run_at),
@@ -252,7 +276,8 @@ END
 $f$;
 
 -- One job, typed: checked and inserted directly, not through enqueue_many's JSON (a quarter of
--- the CPU time). Same arguments, rules, messages and answer as before.
+-- the CPU time). Same arguments, rules, messages and answer as before, except that a payload's
+-- JSON nulls are kept (0009 stripped them, at any depth), as enqueue_many keeps them.
 CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.enqueue(
     queue text, type text, payload jsonb DEFAULT '{}', priority int DEFAULT 0,
     run_at timestamptz DEFAULT NULL, max_attempts int DEFAULT 10, partition_key text DEFAULT NULL,
@@ -261,47 +286,49 @@ RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = _BATON_SCHEMA_, pg_temp AS $f$
 #variable_conflict use_column
 DECLARE
+  -- The caller's text, compared bytewise whatever collation it came with.
+  q text COLLATE "C" := queue;
+  t text COLLATE "C" := type;
+  pkey text COLLATE "C" := partition_key;
+  ikey text COLLATE "C" := idempotency_key;
   new_id bigint;
   problem text;
   channel text;
   limit_bytes bigint;
 BEGIN
   -- NULL is not the default queue.
-  IF NOT _BATON_SCHEMA_.name_ok(queue) THEN
-    PERFORM _BATON_SCHEMA_.check_name('queue', queue);
+  IF NOT _BATON_SCHEMA_.name_ok(q) THEN
+    PERFORM _BATON_SCHEMA_.check_name('queue', q);
   END IF;
-  IF NOT _BATON_SCHEMA_.name_ok(type) THEN
-    PERFORM _BATON_SCHEMA_.check_name('type', type);
+  IF NOT _BATON_SCHEMA_.name_ok(t) THEN
+    PERFORM _BATON_SCHEMA_.check_name('type', t);
   END IF;
   SELECT s.value::bigint INTO limit_bytes FROM _BATON_SCHEMA_.settings s
    WHERE s.key = 'max_payload_bytes';
   -- A simple expression (no sub-SELECT): PL/pgSQL evaluates it without the executor.
   problem := _BATON_SCHEMA_.typed_problem(coalesce(payload, '{}'), priority, max_attempts, 0,
-                                          timeout_ms, partition_key, idempotency_key,
-                                          limit_bytes);
+                                          timeout_ms, pkey, ikey, limit_bytes);
   IF problem IS NOT NULL THEN
     PERFORM _BATON_SCHEMA_.raise_problem(problem);
   END IF;
   INSERT INTO _BATON_SCHEMA_.jobs AS j (queue, type, payload, priority, run_at, max_attempts,
                                         partition_key, partition, idempotency_key, timeout_ms)
-  VALUES (enqueue.queue, enqueue.type, coalesce(enqueue.payload, '{}'),
-          coalesce(enqueue.priority, 0), coalesce(enqueue.run_at, now()),
-          coalesce(enqueue.max_attempts, 10), enqueue.partition_key,
-          CASE WHEN enqueue.partition_key IS NOT NULL
-               THEN _BATON_SCHEMA_.job_partition(enqueue.queue, enqueue.partition_key) END,
-          enqueue.idempotency_key, nullif(enqueue.timeout_ms, 0))
+  VALUES (q, t, coalesce(enqueue.payload, '{}'), coalesce(enqueue.priority, 0),
+          coalesce(enqueue.run_at, now()), coalesce(enqueue.max_attempts, 10), pkey,
+          CASE WHEN pkey IS NOT NULL THEN _BATON_SCHEMA_.job_partition(q, pkey) END,
+          ikey, nullif(enqueue.timeout_ms, 0))
   ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING j.id INTO new_id;
   IF new_id IS NULL THEN
-    IF idempotency_key IS NOT NULL THEN
+    IF ikey IS NOT NULL THEN
       SELECT j.id INTO new_id FROM _BATON_SCHEMA_.jobs j
-       WHERE j.queue = enqueue.queue AND j.idempotency_key = enqueue.idempotency_key;
+       WHERE j.queue = q AND j.idempotency_key = ikey;
     END IF;
     RETURN new_id;
   END IF;
   channel := current_schema() || '_jobs';
-  IF NOT _BATON_SCHEMA_.leader_busy(channel, queue) THEN
-    PERFORM pg_notify(channel, queue);
+  IF NOT _BATON_SCHEMA_.leader_busy(channel, q) THEN
+    PERFORM pg_notify(channel, q);
   END IF;
   RETURN new_id;
 END

@@ -121,16 +121,21 @@ void Executor::enter() {
 }
 
 void Executor::leave(double share) {
+  const int before = concurrency();
   if (share >= 0) {
     const double mean = mean_cpu_share_.load(std::memory_order_relaxed);
-    mean_cpu_share_.store(mean == 0 ? share : mean + (share - mean) / 8,
-                          std::memory_order_relaxed);
+    mean_cpu_share_.store(mean == 0 ? share : mean + (share - mean) / 8, std::memory_order_relaxed);
   }
   {
     std::lock_guard lock(gate_mutex_);
     --running_;
   }
-  gate_cv_.notify_one();
+  // More places than before: every waiter may have one.
+  if (concurrency() > before) {
+    gate_cv_.notify_all();
+  } else {
+    gate_cv_.notify_one();
+  }
 }
 
 Executor::~Executor() {
@@ -208,15 +213,23 @@ void Executor::submit(detail::ClaimedJob job) {
 
 void Executor::start(const std::shared_ptr<Run>& run) {
   const auto& claimed = run->claimed;
-  enter();
-  const int still_waiting = waiting_.fetch_sub(1) - 1;
-  if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
   const auto epoch = claimed.job.epoch;
   // The lease is checked at this instant: after a pause (SIGSTOP, a suspended VM) the steady
   // clock says whether the claim's epoch is still ours, whatever the revoke event has reached.
-  const bool may_start = epoch == accepting_.load() && !run->epoch->ended.load() &&
-                         (!lease_valid_ || lease_valid_(epoch));
-  if (may_start) {
+  auto may_start = [&] {
+    return epoch == accepting_.load() && !run->epoch->ended.load() &&
+           (!lease_valid_ || lease_valid_(epoch));
+  };
+  // A job that may not start is released at once, without waiting for a place; one that waited
+  // for its place is asked again.
+  bool entered = false;
+  if (may_start()) {
+    enter();
+    entered = true;
+  }
+  const int still_waiting = waiting_.fetch_sub(1) - 1;
+  if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
+  if (entered && may_start()) {
     if (observer_ != nullptr) {
       const double held = std::chrono::duration<double>(Clock::now() - claimed.claimed).count();
       observer_->job_started(claimed.job.queue, claimed.job.type, claimed.wait_seconds + held);
@@ -234,7 +247,7 @@ void Executor::start(const std::shared_ptr<Run>& run) {
                             std::memory_order_relaxed);
     leave(sample ? cpu_share(before, thread_usage(), took) : -1);
   } else {
-    leave(-1);
+    if (entered) leave(-1);
     completer_.add(detail::Release{claimed.job.id, epoch, claimed.token});
   }
   {

@@ -127,7 +127,6 @@ int Poller::buffer_size() const {
 Poller::Round Poller::claim_round(Run& run) {
   const auto epoch = run.epoch;
   Round round;
-  bool more = false;  // some claim came back full: more jobs may be waiting
   auto claim = [&](int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except) {
     if (want <= 0 || !lease_.valid(epoch)) return;
@@ -138,7 +137,6 @@ Poller::Round Poller::claim_round(Run& run) {
         detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
     auto jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
                                    config_.connect.schema);
-    more = more || jobs.size() == static_cast<std::size_t>(want);
     for (const auto& j : jobs) {
       // A moving mean over about the last 1,000 jobs.
       const auto bytes = static_cast<double>(j.job.payload.size());
@@ -171,7 +169,6 @@ Poller::Round Poller::claim_round(Run& run) {
   if (config_.queues.empty() || !rest.empty()) {
     claim(std::min(room, config_.batch_size), rest, limited);
   }
-  round.more = more && executor_.free_slots() + buffer > 0;
   return round;
 }
 
@@ -227,8 +224,11 @@ void Poller::loop(Run& run) {
         busy_poll.reset();
         // Working again: producers need not notify.
         if (run.wake_keys_held) drop_wake_keys(run);
+        // Claim again at once: a round that found fewer jobs than it had room for ends only in
+        // an empty round, which takes the wake keys before sleeping. (Sleeping after this one,
+        // without the keys, a job whose producer did not notify would wait for the poll.)
+        continue;
       }
-      if (round.more) continue;
       // A NOTIFY that arrived during the claim is already read off the socket: poll() would
       // not see it.
       if (run.conn->get_notifs() > 0) {

@@ -85,7 +85,6 @@ class Poller {
   struct Round {
     int jobs = 0;       // claimed
     bool room = false;  // some claim was tried (a thread or buffer place was free)
-    bool more = false;  // a claim came back full and a place is still free
   };
 
   void loop(Run& run);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <limits>
 
 #include "baton/config.h"
 #include "baton/detail/db.h"
@@ -164,21 +165,25 @@ std::string encode(const std::vector<NewJob>& jobs, std::size_t max_payload) {
       out += ",\"idempotency_key\":";
       append_json_string(out, o.idempotency_key);
     }
-    if (o.timeout.count() > 0) out += ",\"timeout_ms\":" + std::to_string(o.timeout.count());
+    // A negative timeout goes too, to be refused as enqueue_columns refuses it.
+    if (o.timeout.count() != 0) out += ",\"timeout_ms\":" + std::to_string(o.timeout.count());
     out += '}';
   }
   return out + "]";
 }
 
 // True when every name and key of `jobs` is printable ASCII, as the columns' text arrays carry
-// them. (Anything else goes as JSON, whose encoder refuses what is not UTF-8.)
-bool plain_text(const std::vector<NewJob>& jobs) {
+// them, and every timeout fits the int column. (Anything else goes as JSON, whose encoder
+// refuses what is not UTF-8, and whose checks answer an out-of-range timeout.)
+bool fits_columns(const std::vector<NewJob>& jobs) {
   auto plain = [](const std::string& s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
   };
   return std::all_of(jobs.begin(), jobs.end(), [&](const NewJob& j) {
+    const auto timeout = j.options.timeout.count();
     return plain(j.type) && plain(j.options.queue) && plain(j.options.partition_key) &&
-           plain(j.options.idempotency_key);
+           plain(j.options.idempotency_key) && timeout >= std::numeric_limits<int>::min() &&
+           timeout <= std::numeric_limits<int>::max();
   });
 }
 
@@ -336,7 +341,7 @@ Client::~Client() = default;
 std::vector<std::int64_t> Client::enqueue_batch(const std::vector<NewJob>& jobs) {
   // One statement, so it commits on its own: no BEGIN and COMMIT round trips. (The idempotency
   // lookup that may follow only reads.)
-  const bool columns = impl_->columns && plain_text(jobs);
+  const bool columns = impl_->columns && fits_columns(jobs);
   auto ids = impl_->with_statement([&](const std::string& statement) {
     pqxx::nontransaction tx(*impl_->conn);
     return run_enqueue(tx, jobs, impl_->options, statement, columns);

@@ -244,6 +244,20 @@ TEST_F(SqlApi, TheClientsTypedColumnsFollowTheRulesOfEnqueueMany) {
     EXPECT_EQ(typed, json);
   }
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "a refused batch leaves nothing behind";
+  // In a batch, the first job with a problem is the one reported, both ways.
+  {
+    EnqueueOptions high;
+    high.priority = 40000;
+    const auto typed = message([&] {
+      client.enqueue_batch({{"noop", {}, high}, {"bad type", {}, EnqueueOptions{}}});
+    });
+    const auto json = message([&] {
+      client.enqueue_objects(
+          nlohmann::json::array({{{"type", "noop"}, {"priority", 40000}}, {{"type", "bad type"}}}));
+    });
+    EXPECT_NE(typed.find("priority 40000"), std::string::npos) << typed;
+    EXPECT_EQ(typed, json);
+  }
 
   // Mismatched columns are refused, not truncated.
   {

@@ -125,6 +125,41 @@ TEST_F(Worker, ProducersThatDoNotNotifyNeverStrandAJobWhileTheLeaderSleeps) {
       wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 10s));
 }
 
+TEST_F(Worker, AJobQueuedWhileAnotherRunsStartsWithoutWaitingForThePoll) {
+  // The leader wakes for a long job and claims it: that round found fewer jobs than it had room
+  // for. It must not then sleep without the wake keys, or the next producer (which finds the
+  // keys free) would not notify, and its job would wait for the poll interval (a minute here)
+  // or for the long job to end.
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  std::atomic<bool> long_started{false}, release{false};
+  RunningNode n(config, [&](Node& node) {
+    node.handle("long", [&](JobContext&) {
+      long_started = true;
+      for (int i = 0; i < 3000 && !release.load(); ++i)
+        std::this_thread::sleep_for(10ms);
+    });
+    node.handle("noop", [](JobContext&) {});
+  });
+  ASSERT_TRUE(
+      wait_for([&] { return count("SELECT count(*) FROM locks WHERE epoch > 0") == 1; }, 20s));
+  Client client(database_url(), schema_);
+  for (int round = 0; round < 5; ++round) {
+    long_started = false;
+    release = false;
+    client.enqueue("long", {{"round", round}});
+    ASSERT_TRUE(wait_for([&] { return long_started.load(); }, 10s));
+    // Give the poller time to go to sleep after the round that claimed the long job.
+    std::this_thread::sleep_for(50ms);
+    const auto id = client.enqueue("noop", {{"round", round}});
+    EXPECT_TRUE(
+        wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 5s))
+        << "round " << round << ": the job waited while the long one ran";
+    release = true;
+    ASSERT_TRUE(wait_count("SELECT count(*) FROM jobs", 0, 10s));
+  }
+}
+
 TEST_F(Worker, ASessionHoldingTheWakeKeysCannotStallTheQueue) {
   // A stranger that holds a wake key shared keeps the leader from sleeping on it (the leader
   // polls instead); one that holds it exclusively makes every producer notify. Neither may leave

@@ -118,6 +118,31 @@ TEST_F(HostileRoles, AProducersTempQueueStateNeverPartitionsAQueue) {
       << "a producer's temp table made an unordered queue ordered";
 }
 
+TEST_F(HostileRoles, AProducersOwnCollationNeverLetsABadNamePass) {
+  // A text argument brings its collation into the function. Under a nondeterministic collation
+  // of the producer's own (in pg_temp), characters it ignores would compare equal to nothing,
+  // and a name check written as ltrim(name, allowed) = '' would pass 'ab\x01'.
+  auto attacker = as(producer_);
+  const auto made = attempt(*attacker,
+                            "CREATE COLLATION pg_temp.loose (provider = icu, "
+                            "locale = 'und-u-ks-level1-ka-shifted', deterministic = false)");
+  if (!made.empty()) GTEST_SKIP() << "no ICU collation here: " << made;
+  const std::string loose = " COLLATE pg_temp.loose";
+  for (const std::string& call :
+       {"SELECT " + q("enqueue") + "(('ab' || chr(1))" + loose + ", 'noop')",
+        "SELECT " + q("enqueue") + "('default', ('no op')" + loose + ")",
+        "SELECT * FROM " + q("enqueue_columns") + "(ARRAY[('ab' || chr(1))" + loose +
+            "], '{noop}', '[{}]', '{0}', '{0}', '{10}', '{NULL}', '{NULL}', '{NULL}', '{0}')",
+        "SELECT * FROM " + q("enqueue_columns") + "(ARRAY['default'" + loose +
+            ", 'default'], ARRAY['noop', 'NOOP' || chr(1)], '[{}, {}]', '{0,0}', '{0,0}', "
+            "'{10,10}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}', '{0,0}')"}) {
+    SCOPED_TRACE(call);
+    const auto error = attempt(*attacker, call);
+    EXPECT_NE(error.find("is not allowed"), std::string::npos) << error;
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM " + q("jobs")), 0);
+}
+
 TEST_F(HostileRoles, EverySecurityDefinerFunctionSearchesOnlyBatonsSchemaThenPgTemp) {
   // The rule, checked on every function that runs as its owner (a new one is covered too).
   const auto rows = pqxx::nontransaction(*db_).exec_params(
