@@ -76,7 +76,7 @@ Executor::Executor(ExecutorConfig config, const detail::HandlerRegistry& handler
       observer_(observer),
       lease_valid_(std::move(lease_valid)),
       on_slot_free_(std::move(on_slot_free)),
-      cores_(std::max(1U, std::thread::hardware_concurrency())),
+      cores_(static_cast<int>(std::max(1U, std::thread::hardware_concurrency()))),
       pool_(std::make_unique<boost::asio::thread_pool>(config_.threads)) {}
 
 namespace {
