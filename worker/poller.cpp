@@ -115,7 +115,7 @@ int Poller::buffer_size() const {
   constexpr double kMaxWaitSeconds = 0.1;
   const double run = executor_.mean_run_seconds();
   if (run <= 0) return 0;
-  const double fits = executor_.threads() * kMaxWaitSeconds / std::max(run, 1e-6);
+  const double fits = executor_.concurrency() * kMaxWaitSeconds / std::max(run, 1e-6);
   // And its payloads under 64 MiB: a batch size of 1,000 is right for small payloads, not for
   // large ones.
   constexpr double kMaxBufferBytes = 64.0 * 1024 * 1024;
@@ -184,6 +184,22 @@ bool Poller::take_wake_keys(Run& run) {
   return false;
 }
 
+void Poller::warn_if_keys_held_long(Run& run) {
+  // Producers hold a key for the length of a transaction; a key refused for 10 s on end is a
+  // session that holds it for good (a long transaction that enqueued, or a stranger).
+  constexpr auto kLong = std::chrono::seconds(10);
+  const auto now = std::chrono::steady_clock::now();
+  if (!run.keys_refused_since) run.keys_refused_since = now;
+  if (now - *run.keys_refused_since < kLong || run.keys_warned) return;
+  run.keys_warned = true;
+  spdlog::warn(
+      "poller: another session has held a wake key of this leader's queues for {}s (a long "
+      "transaction that enqueued, or a session locking '{}_jobs/<queue>'); jobs still start, but "
+      "the leader polls every {}ms instead of sleeping until a NOTIFY",
+      std::chrono::duration_cast<std::chrono::seconds>(now - *run.keys_refused_since).count(),
+      config_.connect.schema, std::min(config_.poll_interval, Millis(50)).count());
+}
+
 void Poller::drop_wake_keys(Run& run) {
   auto armed =
       detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
@@ -222,6 +238,7 @@ void Poller::loop(Run& run) {
       backoff.reset();
       if (round.jobs > 0) {
         busy_poll.reset();
+        run.keys_refused_since.reset();  // producers at work, not a session holding a key
         // Working again: producers need not notify.
         if (run.wake_keys_held) drop_wake_keys(run);
         // Claim again at once: a round that found fewer jobs than it had room for ends only in
@@ -235,19 +252,25 @@ void Poller::loop(Run& run) {
         pass_cancels(run);
         continue;
       }
-      // No free thread: the executor wakes us when threads free up, and the next claim sees
-      // whatever was queued meanwhile, so producers need not notify.
-      if (round.room && round.jobs == 0 && !run.wake_keys_held) {
-        // Out of work. Sleep only holding the wake keys, and after one more claim with them
-        // held: a producer that did not notify committed before we got the keys.
-        if (take_wake_keys(run)) continue;
-        // Producers are in their enqueue transactions (or someone holds a key): their jobs
-        // will be there in a moment.
+      // Out of work (a claim had room and found nothing). Sleep only holding the wake keys, and
+      // after one more claim with them held: a producer that did not notify committed before
+      // we got the keys.
+      if (round.room && !run.wake_keys_held) {
+        if (take_wake_keys(run)) {
+          run.keys_refused_since.reset();
+          run.keys_warned = false;
+          continue;
+        }
+        // Producers are in their enqueue transactions (or another session holds a key): their
+        // jobs will be there in a moment.
+        warn_if_keys_held_long(run);
         wait(run, busy_poll.next());
         run.conn->get_notifs();
         pass_cancels(run);
         continue;
       }
+      // Keys held, or no free place: the executor wakes us when places free up, and the next
+      // claim sees whatever was queued meanwhile.
       wait(run, config_.poll_interval);
       run.conn->get_notifs();
       pass_cancels(run);

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +82,9 @@ class Poller {
     std::vector<std::string> notifications;
     std::chrono::steady_clock::time_point skip_locked_until{};
     bool wake_keys_held = false;
+    // Since when the wake keys have been refused without a break, and whether that was logged.
+    std::optional<std::chrono::steady_clock::time_point> keys_refused_since;
+    bool keys_warned = false;
   };
   struct Round {
     int jobs = 0;       // claimed
@@ -92,6 +96,8 @@ class Poller {
   // Takes every wake key (true), or none.
   bool take_wake_keys(Run& run);
   void drop_wake_keys(Run& run);
+  // Logs once when another session has kept a wake key from this leader for long.
+  void warn_if_keys_held_long(Run& run);
   void wait(Run& run, Millis timeout);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
