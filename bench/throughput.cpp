@@ -7,15 +7,21 @@
 //   backlog     the drain rate with a large backlog, as a share of the rate above
 //   sleep_jobs  1 ms sleep jobs on 16 threads, as a share of the 16,000 jobs/s ideal
 //   latency     on an idle node, enqueue return to handler start (both on this process's clock)
+//   console     the drain with --console-pages open console pages (served by a passive node,
+//               each refreshing the queues and cluster pages every 2 s) vs none, interleaved
 //
 //   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
 //                    [--backlog 0] [--sleep-jobs 48000] [--runs 3]
-//                    [--only enqueue,drain,sleep,latency]
+//                    [--console-pages 10] [--only enqueue,drain,sleep,latency,console]
 // --threads 0 and --batch-size 0 leave the node's own defaults.
 // Figures are medians of --runs runs, printed with their range.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -48,6 +54,7 @@ struct Options {
   long long backlog = 0;
   long long sleep_jobs = 48'000;
   int runs = 3;  // each figure is the median of this many runs (the large backlog: one)
+  int console_pages = 10;
   std::string only = "enqueue,drain,sleep,latency";
   bool wants(const std::string& part) const {
     return ("," + only + ",").find("," + part + ",") != std::string::npos;
@@ -132,6 +139,7 @@ class Bench {
       if (o_.batch_size > 0) {
         args.insert(args.end(), {"--batch-size", std::to_string(o_.batch_size)});
       }
+      if (i == n && !console_.empty()) args.insert(args.end(), {"--console-listen", console_});
       nodes_.push_back(
           std::make_unique<baton::test::Process>(std::move(args), dir_ + "/" + id + ".log"));
     }
@@ -159,6 +167,19 @@ class Bench {
     return ours ? pid : -1;
   }
   void stop_nodes() { nodes_.clear(); }
+
+  // A port free now on loopback (the kernel's pick for port 0).
+  static int free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    return ntohs(addr.sin_port);
+  }
 
   struct EnqueueRates {
     double single = 0, batch_1000 = 0, batch_10000 = 0;
@@ -194,8 +215,39 @@ class Bench {
   // Queues n jobs of `type` with `payload` while the (already running) cluster's queue is
   // paused, then times 1 leader + 2 passive nodes draining them from the moment the queue is
   // resumed: node start-up is not part of the figure. Polls a cheap "any job left?".
-  Drained drain(long long n, const std::string& type, const std::string& payload) {
+  Drained drain(long long n, const std::string& type, const std::string& payload,
+                int console_pages = 0, std::vector<double>* request_ms = nullptr) {
+    console_ = console_pages > 0 ? "127.0.0.1:" + std::to_string(free_port()) : "";
     const pid_t leader = start_nodes(3);
+    // Open pages: each asks what the queues page asks every 2 s (and the cluster page's query),
+    // from the moment the queue is resumed until the drain ends.
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> pages;
+    std::mutex ms_mutex;
+    if (console_pages > 0) {
+      const auto address = console_;
+      if (!baton::test::wait_for(
+              [&] { return !baton::test::http_get(address, "/api/session").empty(); }, 30s)) {
+        throw std::runtime_error("the console did not answer on " + address);
+      }
+      for (int p = 0; p < console_pages; ++p) {
+        pages.emplace_back([&, address, p] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200 * p));
+          while (!stop.load()) {
+            for (const char* path : {"/api/queues", "/api/series", "/api/cluster"}) {
+              const auto t0 = Clock::now();
+              const bool ok = !baton::test::http_get(address, path).empty();
+              const double ms =
+                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+              std::lock_guard lock(ms_mutex);
+              if (ok && request_ms != nullptr) request_ms->push_back(ms);
+            }
+            for (int i = 0; i < 20 && !stop.load(); ++i)
+              std::this_thread::sleep_for(100ms);
+          }
+        });
+      }
+    }
     exec(
         "INSERT INTO queue_state (queue, paused, updated_by) VALUES ('default', true, 'bench') "
         "ON CONFLICT (queue) DO UPDATE SET paused = true");
@@ -214,6 +266,9 @@ class Bench {
         [&] { return count("SELECT count(*) FROM (SELECT 1 FROM jobs LIMIT 1) j") == 0; }, 3600s,
         20ms);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    stop.store(true);
+    for (auto& t : pages)
+      t.join();
     Drained d;
     if (leader_pid() != leader) {
       std::fprintf(stderr,
@@ -289,6 +344,7 @@ class Bench {
   std::unique_ptr<pqxx::connection> db_;
   std::vector<std::unique_ptr<baton::test::Process>> nodes_;
   int starts_ = 0;
+  std::string console_;  // the last node's --console-listen, when the drain has open pages
 };
 
 }  // namespace
@@ -365,6 +421,36 @@ void report(Bench& b, const Options& o) {
                          {"ratio", d.rate / base}});
     }
   }
+  if (o.wants("console")) {
+    // Interleaved: a drain with no page open, then one with the pages, each round.
+    std::vector<double> without, with, ratio, request_ms;
+    for (std::size_t r = 0; r < runs; ++r) {
+      without.push_back(b.drain(o.drain, "noop", "{}").rate);
+      with.push_back(b.drain(o.drain, "noop", "{}", o.console_pages, &request_ms).rate);
+      ratio.push_back(with.back() / without.back());
+    }
+    std::sort(request_ms.begin(), request_ms.end());
+    auto pct = [&](double p) {
+      return request_ms.empty() ? 0.0
+                                : request_ms[static_cast<std::size_t>(p * (request_ms.size() - 1))];
+    };
+    line("drain, no console page open", spread(without, "%.0f") + " jobs/s");
+    const auto open_pages = "drain, " + std::to_string(o.console_pages) + " console pages open";
+    line(open_pages.c_str(), spread(with, "%.0f") + " jobs/s");
+    line("with pages / without", spread(ratio, "%.3f"));
+    char text[160];
+    std::snprintf(text, sizeof text, "p50 %.1f ms  p99 %.1f ms  (%zu requests)", pct(0.5),
+                  pct(0.99), request_ms.size());
+    line("console requests during the drain", text);
+    figure("console", {{"jobs", o.drain},
+                       {"pages", o.console_pages},
+                       {"jobs_per_s_without", median(without)},
+                       {"jobs_per_s_with", median(with)},
+                       {"ratio", median(ratio)},
+                       {"ratios", ratio},
+                       {"request_p50_ms", pct(0.5)},
+                       {"request_p99_ms", pct(0.99)}});
+  }
   if (o.wants("sleep")) {
     std::vector<double> rate;
     for (std::size_t r = 0; r < runs; ++r)
@@ -411,6 +497,8 @@ int main(int argc, char** argv) {
       o.sleep_jobs = std::atoll(value);
     } else if (flag == "--runs") {
       o.runs = std::atoi(value);
+    } else if (flag == "--console-pages") {
+      o.console_pages = std::atoi(value);
     } else if (flag == "--only") {
       o.only = value;
     } else {

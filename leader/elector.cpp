@@ -31,24 +31,39 @@ constexpr auto kLookAround = std::chrono::milliseconds(100);
 
 // Returns the new epoch and the previous holder (NULL on the very first grant). Nothing when
 // this backend does not hold the advisory lock: the statement ran on another server session than
-// the lock (a transaction pooler), and granting would make two leaders.
+// the lock (a transaction pooler), and granting would make two leaders. The grant's row in the
+// leadership timeline is written in the same transaction, with why the lock was free.
 constexpr const char* kGrantSql = R"sql(
-WITH previous AS (SELECT client_id, renewed_at FROM locks WHERE lock_key = $1 AND region = $2),
+WITH previous AS (
+  SELECT client_id, epoch, renewed_at, expires_at FROM locks WHERE lock_key = $1 AND region = $2),
 mine AS (
   SELECT 1 FROM pg_catalog.pg_locks p, (SELECT )sql" BATON_LOCK_KEY("$2", "$1") R"sql( AS key) k
    WHERE p.locktype = 'advisory' AND p.granted AND p.pid = pg_backend_pid() AND p.objsubid = 1
-     AND p.classid = ((k.key >> 32) & 4294967295)::oid AND p.objid = (k.key & 4294967295)::oid)
-INSERT INTO locks AS l (lock_key, region, client_id, created_date, epoch, renewed_at, expires_at,
-                        holder_pid, holder_host)
-SELECT $1, $2, $3, now(), 1, clock_timestamp(),
-       clock_timestamp() + $4::bigint * interval '1 millisecond', pg_backend_pid(), $5
- WHERE EXISTS (SELECT 1 FROM mine)
-ON CONFLICT (lock_key, region) DO UPDATE
-   SET client_id = excluded.client_id, created_date = excluded.created_date,
-       epoch = l.epoch + 1, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
-       holder_pid = excluded.holder_pid, holder_host = excluded.holder_host
-RETURNING epoch, (SELECT client_id FROM previous),
-          (SELECT extract(epoch FROM clock_timestamp() - renewed_at)::float8 FROM previous)
+     AND p.classid = ((k.key >> 32) & 4294967295)::oid AND p.objid = (k.key & 4294967295)::oid),
+granted AS (
+  INSERT INTO locks AS l (lock_key, region, client_id, created_date, epoch, renewed_at,
+                          expires_at, holder_pid, holder_host)
+  SELECT $1, $2, $3, now(), 1, clock_timestamp(),
+         clock_timestamp() + $4::bigint * interval '1 millisecond', pg_backend_pid(), $5
+   WHERE EXISTS (SELECT 1 FROM mine)
+  ON CONFLICT (lock_key, region) DO UPDATE
+     SET client_id = excluded.client_id, created_date = excluded.created_date,
+         epoch = l.epoch + 1, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+         holder_pid = excluded.holder_pid, holder_host = excluded.holder_host
+  RETURNING epoch),
+logged AS (
+  INSERT INTO leadership_events (lock_key, region, epoch, node_id, host, event, reason,
+                                 previous_node, previous_epoch, previous_renewed_s_ago)
+  SELECT $1, $2, g.epoch, $3, $5, 'granted',
+         CASE WHEN p.client_id IS NULL THEN 'first'
+              WHEN p.client_id = $3 THEN 'again'
+              WHEN p.expires_at <= p.renewed_at THEN 'after_release'
+              WHEN p.expires_at <= clock_timestamp() THEN 'lease_expired'
+              ELSE 'session_ended' END,
+         p.client_id, p.epoch, extract(epoch FROM clock_timestamp() - p.renewed_at)::float8
+    FROM granted g LEFT JOIN previous p ON true)
+SELECT g.epoch, p.client_id, extract(epoch FROM clock_timestamp() - p.renewed_at)::float8
+  FROM granted g LEFT JOIN previous p ON true
 )sql";
 
 // A deposed leader that froze may have transactions open (a transactional handler between its
@@ -70,9 +85,15 @@ UPDATE locks SET renewed_at = clock_timestamp(),
    AND holder_pid = pg_backend_pid()
 )sql";
 
+// The release ends the row's lease at its renewal time (so the next grant reads it as released)
+// and writes the timeline's row; $5 is the revoke reason.
 constexpr const char* kReleaseRowSql = R"sql(
-UPDATE locks SET expires_at = clock_timestamp()
- WHERE lock_key = $1 AND region = $2 AND client_id = $3 AND epoch = $4
+WITH released AS (
+  UPDATE locks SET expires_at = renewed_at
+   WHERE lock_key = $1 AND region = $2 AND client_id = $3 AND epoch = $4
+  RETURNING epoch, holder_host)
+INSERT INTO leadership_events (lock_key, region, epoch, node_id, host, event, reason)
+SELECT $1, $2, epoch, $3, holder_host, 'released', $5 FROM released
 )sql";
 
 constexpr const char* kUnlockSql = "SELECT pg_advisory_unlock(" BATON_LOCK_KEY("$1", "$2") ")";
@@ -335,7 +356,7 @@ void Elector::heartbeat_loop() {
     revoke(held_epoch, RevokeReason::shutting_down);
     if (conn) {
       try {
-        release(*conn, held_epoch);
+        release(*conn, held_epoch, RevokeReason::shutting_down);
       } catch (const std::exception& e) {
         spdlog::warn("could not release leadership cleanly ({}); closing the session frees it",
                      detail::one_line(detail::scrub(e.what())));
@@ -364,7 +385,7 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
     const auto epoch = held_epoch;
     held_epoch = 0;
     revoke(epoch, RevokeReason::stepped_down);
-    release(conn, epoch);
+    release(conn, epoch, RevokeReason::stepped_down);
     // Stay out long enough for a follower to win, or the same node would simply win again.
     hold_off_until_ = Clock::now() + 2 * config_.renew_interval + 2 * config_.retry_interval;
     touch_node_row(conn, true);
@@ -587,10 +608,11 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
   lease_.extend(held_epoch, sent + config_.lease);
 }
 
-void Elector::release(pqxx::connection& conn, std::int64_t epoch) {
+void Elector::release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason) {
   auto armed = detail::CallWatch::instance().arm(conn, config_.lease, detail::owner_of(this));
   pqxx::nontransaction tx(conn);
-  tx.exec_params(kReleaseRowSql, config_.lock_key, config_.region, config_.node_id, epoch);
+  tx.exec_params(kReleaseRowSql, config_.lock_key, config_.region, config_.node_id, epoch,
+                 std::string(to_string(reason)));
   tx.exec_params(kUnlockSql, config_.region, config_.lock_key);
   tx.exec_params("SELECT pg_notify($1, $2)", detail::leader_channel(config_.connect.schema),
                  detail::LeaderSignal{detail::LeaderSignal::released, config_.node_id}.encode());

@@ -97,7 +97,7 @@ class Elector {
   void grant(pqxx::connection& conn, std::int64_t& held_epoch);
   void maybe_evict(pqxx::connection& conn);
   void renew(pqxx::connection& conn, std::int64_t& held_epoch);
-  void release(pqxx::connection& conn, std::int64_t epoch);
+  void release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason);
   void touch_node_row(pqxx::connection& conn, bool force);
   void end_deposed_transactions(pqxx::connection& conn, const std::string& previous);
   void handle_notifications(pqxx::connection& conn, std::int64_t held_epoch);

@@ -20,6 +20,7 @@
 #include "baton/detail/registry.h"
 #include "baton/detail/schedule.h"
 #include "baton/detail/text.h"
+#include "console/console.h"
 #include "leader/elector.h"
 #include "metrics/metrics.h"
 #include "signals.h"
@@ -70,6 +71,9 @@ struct Node::Impl {
   std::atomic<bool> metrics_ready{false};
   std::atomic<bool> schema_ready{false};
   std::string metrics_address;  // written before metrics_ready
+  std::unique_ptr<console::Console> console;
+  std::atomic<bool> console_ready{false};
+  std::string console_address;  // written before console_ready
 
   // The sessions that must stay one server session (election, claims, outcomes, services) use
   // the election URL; handlers' transactions use the database URL (which may be pooled).
@@ -223,6 +227,10 @@ std::string Node::metrics_address() const {
   return impl_->metrics_ready.load() ? impl_->metrics_address : std::string();
 }
 
+std::string Node::console_address() const {
+  return impl_->console_ready.load() ? impl_->console_address : std::string();
+}
+
 const NodeConfig& Node::config() const {
   return impl_->config;
 }
@@ -263,6 +271,25 @@ void Node::run() {
     s.metrics_address = s.metrics->address();
     s.metrics_ready.store(true);
     spdlog::info("serving metrics on http://{}/metrics", s.metrics_address);
+  }
+  if (c.console_listen != "off") {
+    console::ConsoleConfig cc;
+    cc.listen = c.console_listen;
+    cc.connect = s.connect_options();
+    if (!c.console_database_url.empty()) cc.connect.url = c.console_database_url;
+    // A page's query never runs long, and never holds a transaction open.
+    cc.connect.statement_timeout_ms = 5000;
+    cc.connect.idle_in_transaction_timeout_ms = 10000;
+    cc.node_id = c.node_id;
+    cc.version = BATON_VERSION;
+    if (!c.console_token_file.empty()) cc.token = console::read_token_file(c.console_token_file);
+    cc.read_only = c.console_read_only;
+    s.console = std::make_unique<console::Console>(std::move(cc));
+    s.console_address = s.console->address();
+    s.console_ready.store(true);
+    spdlog::info("serving the console on http://{}/{}{}", s.console_address,
+                 c.console_token_file.empty() ? "" : " (token required)",
+                 c.console_read_only ? " (read-only)" : "");
   }
 
   if (!s.prepare_schema()) return;
@@ -353,6 +380,8 @@ void Node::run() {
     static_cast<void>(s.metrics.release());
   }
   s.elector.reset();
+  s.console_ready.store(false);
+  s.console.reset();
   spdlog::info("node {} stopped{}", c.node_id, clean ? "" : " (some jobs were abandoned)");
 }
 

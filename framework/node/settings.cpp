@@ -26,6 +26,7 @@ struct Setting {
   std::string help;
   std::function<void(const std::string&)> apply;
   std::function<std::string()> show;
+  bool flag = false;  // also a bare --name, meaning true
 };
 
 std::string env_name(const std::string& name) {
@@ -185,6 +186,17 @@ void Settings::Impl::build_table() {
          return "{ " + out + " }";
        }},
       text("metrics-listen", c.metrics_listen, "host:port for /metrics (port 0: any), or off"),
+      text("console-listen", c.console_listen,
+           "host:port for the operator console (port 0: any), or off"),
+      text("console-token-file", c.console_token_file,
+           "file holding the console's token (required beyond loopback)"),
+      {"console-read-only", "the console shows everything and changes nothing (true/false)",
+       [&c](const std::string& v) { c.console_read_only = parse_bool("console-read-only", v); },
+       [&c] { return std::string(c.console_read_only ? "true" : "false"); }, true},
+      {"console-database-url",
+       "the console's database role, e.g. an operator's (default: database-url)",
+       [&c](const std::string& v) { c.console_database_url = v; },
+       [&c] { return toml_string(redact_database_url(c.console_database_url)); }},
       {"migrate", "apply pending migrations at start (true/false)",
        [&c](const std::string& v) { c.migrate = parse_bool("migrate", v); },
        [&c] { return std::string(c.migrate ? "true" : "false"); }},
@@ -274,9 +286,13 @@ std::optional<int> Settings::parse(int argc, char** argv) {
                  "[tz=Europe/Paris]; the job type defaults to NAME")
       ->take_all();
   for (auto* setting : all) {
-    app.add_option(
-        "--" + setting->name, flags[setting->name],
-        setting->help + " [" + env_name(setting->name) + "; default " + setting->show() + "]");
+    const auto help =
+        setting->help + " [" + env_name(setting->name) + "; default " + setting->show() + "]";
+    if (setting->flag) {
+      app.add_flag("--" + setting->name, flags[setting->name], help);
+    } else {
+      app.add_option("--" + setting->name, flags[setting->name], help);
+    }
   }
   const std::string program =
       argc > 0 ? std::string(argv[0]).substr(std::string(argv[0]).rfind('/') + 1) : "baton";

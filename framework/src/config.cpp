@@ -150,6 +150,25 @@ std::string redact_database_url(const std::string& url) {
   return out;
 }
 
+namespace {
+
+bool is_host_port(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  const auto port_text = std::string_view(listen).substr(colon + 1);
+  int port = -1;
+  const auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  return ec == std::errc{} && p == port_text.data() + port_text.size() && port >= 0 &&
+         port <= 65535;
+}
+
+bool is_loopback(const std::string& listen) {
+  const auto host = listen.substr(0, listen.rfind(':'));
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
 void NodeConfig::validate() {
   if (database_url.empty()) {
     // NOLINTNEXTLINE(concurrency-mt-unsafe): a node is configured before its threads start
@@ -190,20 +209,24 @@ void NodeConfig::validate() {
       fail("queues", e.what());
     }
   }
-  if (metrics_listen != "off") {
-    auto colon = metrics_listen.rfind(':');
-    int port = -1;
-    if (colon != std::string::npos && colon > 0) {
-      auto port_text = std::string_view(metrics_listen).substr(colon + 1);
-      auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-      if (ec != std::errc{} || p != port_text.data() + port_text.size()) port = -1;
+  if (metrics_listen != "off" && !is_host_port(metrics_listen)) {
+    fail("metrics-listen",
+         "'" + metrics_listen + "' is not host:port (e.g. 127.0.0.1:9464, port 0 for any), or off");
+  }
+  if (console_listen != "off") {
+    if (!is_host_port(console_listen)) {
+      fail("console-listen",
+           "'" + console_listen +
+               "' is not host:port (e.g. 127.0.0.1:8080, port 0 for any), or off");
     }
-    if (port < 0 || port > 65535) {
-      fail("metrics-listen",
-           "'" + metrics_listen +
-               "' is not host:port (e.g. 127.0.0.1:9464, port 0 for any), or off");
+    if (console_token_file.empty() && !is_loopback(console_listen)) {
+      fail("console-listen",
+           "'" + console_listen +
+               "' is beyond loopback, and the console has no token: give --console-token-file "
+               "(docs/console.md), or listen on 127.0.0.1");
     }
   }
+  if (!console_database_url.empty()) describe_database_url(console_database_url);
   for (const auto& [queue, limit] : queue_concurrency) {
     try {
       detail::validate_name("queue", queue);

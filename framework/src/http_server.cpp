@@ -238,6 +238,7 @@ Server::Server(ServerOptions options, std::vector<Route> routes) : impl_(std::ma
     if (host.size() > 1 && host.front() == '[' && host.back() == ']') {
       host = host.substr(1, host.size() - 2);
     }
+    if (host == "localhost") host = "127.0.0.1";
     const auto port = static_cast<unsigned short>(std::stoi(listen.substr(colon + 1)));
     const tcp::endpoint endpoint(net::ip::make_address(host.empty() ? "0.0.0.0" : host), port);
     impl_->acceptor.open(endpoint.protocol());

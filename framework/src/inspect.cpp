@@ -98,7 +98,7 @@ SELECT 'live' AS status, id, queue, type, partition_key, partition, payload, pri
 constexpr const char* kHistoryJobSql = R"sql(
 SELECT 'finished' AS status, id, queue, type, partition_key, payload, priority, attempts,
        created_at, run_at, first_started_at, started_at, finished_at, run_seconds, node, epoch,
-       outcome, idempotency_key, last_error
+       outcome, idempotency_key, last_error, errors
   FROM job_history WHERE id = $1
 )sql";
 

@@ -102,10 +102,11 @@ dead AS (
 cancelled AS (
   INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts,
                            created_at, run_at, first_started_at, started_at, finished_at,
-                           run_seconds, node, epoch, outcome, idempotency_key, last_error)
+                           run_seconds, node, epoch, outcome, idempotency_key, last_error,
+                           errors)
   SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
          first_started_at, claimed_at, now(), NULL, claimed_by, claimed_epoch, 'cancelled',
-         idempotency_key, error
+         idempotency_key, error, nullif(errors, '[]')
     FROM gone WHERE fate = 'cancelled'
   RETURNING id),
 back AS (
@@ -173,6 +174,13 @@ DELETE FROM sagas
                WHERE completed_at < now() - $1::bigint * interval '1 millisecond' LIMIT $2)
 )sql";
 
+// The leadership timeline (the console's) is kept as long as the history.
+constexpr const char* kPruneLeadershipSql = R"sql(
+DELETE FROM leadership_events
+ WHERE id IN (SELECT id FROM leadership_events
+               WHERE at < now() - $1::bigint * interval '1 millisecond' LIMIT $2)
+)sql";
+
 // Outcomes find their rows by primary key. They test `state <> 'available'` (the only other state
 // is 'running') rather than `state = 'running'` so that the planner cannot use the partial index
 // jobs_running_idx: its statistics are often from a moment when few jobs ran (right after a large
@@ -188,10 +196,10 @@ WITH done AS (
   RETURNING j.*, c.run_seconds)
 INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts, created_at,
                          run_at, first_started_at, started_at, finished_at, run_seconds, node,
-                         epoch, outcome, idempotency_key, last_error)
+                         epoch, outcome, idempotency_key, last_error, errors)
 SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
        first_started_at, claimed_at, now(), run_seconds, claimed_by, claimed_epoch, 'completed',
-       idempotency_key, last_error
+       idempotency_key, last_error, nullif(errors, '[]')
   FROM done
 RETURNING id
 )sql";
@@ -216,10 +224,11 @@ gone AS (
 cancelled AS (
   INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts,
                            created_at, run_at, first_started_at, started_at, finished_at,
-                           run_seconds, node, epoch, outcome, idempotency_key, last_error)
+                           run_seconds, node, epoch, outcome, idempotency_key, last_error,
+                           errors)
   SELECT id, queue, partition_key, type, payload, priority, attempts - 1, created_at, run_at,
          first_started_at, NULL, now(), NULL, claimed_by, claimed_epoch, 'cancelled',
-         idempotency_key, last_error
+         idempotency_key, last_error, nullif(errors, '[]')
     FROM gone
   RETURNING id)
 SELECT (SELECT count(*) FROM back) + (SELECT count(*) FROM cancelled)
@@ -235,10 +244,10 @@ WITH c AS (
   RETURNING *)
 INSERT INTO job_history (id, queue, partition_key, type, payload, priority, attempts, created_at,
                          run_at, first_started_at, started_at, finished_at, run_seconds, node,
-                         epoch, outcome, idempotency_key, last_error)
+                         epoch, outcome, idempotency_key, last_error, errors)
 SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, run_at,
        first_started_at, claimed_at, now(), extract(epoch FROM now() - claimed_at)::float8,
-       claimed_by, claimed_epoch, 'cancelled', idempotency_key, $4
+       claimed_by, claimed_epoch, 'cancelled', idempotency_key, $4, nullif(errors, '[]')
   FROM c
 )sql";
 
@@ -371,7 +380,8 @@ std::size_t rescue_timed_out(pqxx::connection& conn, const Claimer& claimer,
 std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch) {
   pqxx::work tx(conn);
   const auto n = tx.exec_params(kPruneSql, retention_ms, batch).affected_rows() +
-                 tx.exec_params(kPruneSagasSql, retention_ms, batch).affected_rows();
+                 tx.exec_params(kPruneSagasSql, retention_ms, batch).affected_rows() +
+                 tx.exec_params(kPruneLeadershipSql, retention_ms, batch).affected_rows();
   tx.commit();
   return n;
 }

@@ -103,7 +103,9 @@ SELECT string_agg(privilege || ' on ' || $1 || '.' || tab, ', ' ORDER BY tab, pr
                ('periodic_schedules', 'SELECT'), ('periodic_schedules', 'INSERT'),
                ('periodic_schedules', 'UPDATE'),
                ('sagas', 'SELECT'), ('sagas', 'INSERT'), ('sagas', 'UPDATE'), ('sagas', 'DELETE'),
-               ('saga_index', 'SELECT'), ('saga_index', 'INSERT'), ('saga_index', 'DELETE'))
+               ('saga_index', 'SELECT'), ('saga_index', 'INSERT'), ('saga_index', 'DELETE'),
+               ('leadership_events', 'SELECT'), ('leadership_events', 'INSERT'),
+               ('leadership_events', 'DELETE'))
        AS need(tab, privilege)
  WHERE NOT has_table_privilege(quote_ident($1) || '.' || tab, privilege)
 )sql";

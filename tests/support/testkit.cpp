@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -113,11 +114,15 @@ std::string Process::log() const {
   return s.str();
 }
 
-std::string http_get(const std::string& host_port, const std::string& path) {
+HttpReply http_request(const std::string& host_port, const std::string& method,
+                       const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& headers,
+                       const std::string& body) {
+  HttpReply reply;
   const auto colon = host_port.rfind(':');
-  if (colon == std::string::npos) return "";
+  if (colon == std::string::npos) return reply;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
+  if (fd < 0) return reply;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(std::stoi(host_port.substr(colon + 1))));
@@ -126,7 +131,17 @@ std::string http_get(const std::string& host_port, const std::string& path) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::string response;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host_port + "\r\n\r\n";
+    std::string req = method + " " + path + " HTTP/1.0\r\n";
+    bool has_host = false;
+    for (const auto& [name, value] : headers) {
+      req += name + ": " + value + "\r\n";
+      has_host = has_host || name == "Host";
+    }
+    if (!has_host) req += "Host: " + host_port + "\r\n";
+    if (!body.empty() || method == "POST") {
+      req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    }
+    req += "\r\n" + body;
     if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
       std::array<char, 65536> buf;
       for (;;) {
@@ -137,12 +152,17 @@ std::string http_get(const std::string& host_port, const std::string& path) {
     }
   }
   close(fd);
-  const auto body = response.find("\r\n\r\n");
-  if (response.rfind("HTTP/1.", 0) != 0 || response.find(" 200 ") == std::string::npos ||
-      body == std::string::npos) {
-    return "";
-  }
-  return response.substr(body + 4);
+  const auto end = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || end == std::string::npos) return reply;
+  reply.status = std::atoi(response.c_str() + response.find(' ') + 1);
+  reply.headers = response.substr(0, end);
+  reply.body = response.substr(end + 4);
+  return reply;
+}
+
+std::string http_get(const std::string& host_port, const std::string& path) {
+  const auto reply = http_request(host_port, "GET", path);
+  return reply.status == 200 ? reply.body : "";
 }
 
 std::string scrape(const std::string& host_port) {

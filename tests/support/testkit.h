@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace baton::test {
@@ -47,6 +48,18 @@ class Process {
 
 // GET http://host:port/path; returns the body, or "" on any failure.
 std::string http_get(const std::string& host_port, const std::string& path);
+
+// One HTTP/1.0 request with the given headers (a Host header replaces the default); status 0
+// when there was no HTTP answer. `headers` is the response's status line and headers as sent.
+struct HttpReply {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+HttpReply http_request(const std::string& host_port, const std::string& method,
+                       const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& headers = {},
+                       const std::string& body = "");
 
 // GET host:port/metrics, with the deployment label (which every sample carries) taken out, so
 // that tests can look for exact series such as baton_leader 1.

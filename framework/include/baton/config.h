@@ -46,6 +46,18 @@ struct NodeConfig {
   std::map<std::string, int> queue_concurrency;
   // host:port of /metrics, e.g. 127.0.0.1:9464 (port 0 picks a free one); "off" disables it.
   std::string metrics_listen = "127.0.0.1:9464";
+  // The operator console (docs/console.md): host:port of its pages, or "off" (the default).
+  // Beyond a loopback address it needs console_token_file.
+  std::string console_listen = "off";
+  // A file whose first line is the console's token (16 characters or more): requests must
+  // carry it (Authorization: Bearer, or basic auth with any user name and the token as
+  // password). Empty: no token, allowed only on a loopback address.
+  std::string console_token_file;
+  // The console shows everything and changes nothing.
+  bool console_read_only = false;
+  // The console's database role, when it should not be the node's (an operator's role, whose
+  // grants allow pausing queues and step-down requests). Empty: database_url.
+  std::string console_database_url;
   // Apply pending migrations at start (under an advisory lock; a no-op when current).
   bool migrate = true;
   // Most jobs one claim statement takes, and most claimed jobs kept waiting for a thread. Below

@@ -81,6 +81,8 @@ class Node {
   std::int64_t epoch() const;
   // host:port where /metrics is served once run() started it; empty before or when off.
   std::string metrics_address() const;
+  // host:port of the console once run() started it; empty before or when off.
+  std::string console_address() const;
   const NodeConfig& config() const;
 
  private:
