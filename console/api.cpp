@@ -17,6 +17,7 @@ using detail::inspect::to_json;
 constexpr int kSearchLimit = 100;
 constexpr int kDeadLimit = 200;
 constexpr std::int64_t kWindowMinutes = 60;
+constexpr std::int64_t kChunkMinutes = 10;
 
 constexpr const char* kTimelineSql = R"sql(
 SELECT id, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS at, lock_key, region,
@@ -33,8 +34,8 @@ WITH live AS (
          count(*) FILTER (WHERE state = 'available' AND run_at <= now()) AS available,
          count(*) FILTER (WHERE state = 'available' AND run_at > now()) AS scheduled,
          count(*) FILTER (WHERE state = 'running') AS running,
-         extract(epoch FROM now() - min(run_at) FILTER (
-           WHERE state = 'available' AND run_at <= now()))::numeric(12, 3) AS oldest_available_s
+         round(extract(epoch FROM now() - min(run_at) FILTER (
+           WHERE state = 'available' AND run_at <= now()))::numeric, 3) AS oldest_available_s
     FROM jobs GROUP BY queue),
 dead AS (SELECT queue, count(*) AS dead FROM dead_jobs GROUP BY queue)
 SELECT q.queue, coalesce(s.paused, false) AS paused, coalesce(l.available, 0) AS available,
@@ -47,19 +48,19 @@ SELECT q.queue, coalesce(s.paused, false) AS paused, coalesce(l.available, 0) AS
  ORDER BY q.queue
 )sql";
 
-// History by its finished_at index, from minute $1 (seconds since the epoch) on.
+// History by its finished_at index, minutes [$1, $2) (seconds since the epoch).
 constexpr const char* kSeriesSql = R"sql(
 SELECT extract(epoch FROM date_trunc('minute', finished_at))::bigint AS minute, queue,
        count(*) FILTER (WHERE outcome = 'completed') AS completed,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - run_at))
          * 1000 AS wait_p50_ms,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds) * 1000 AS run_p50_ms
-  FROM job_history WHERE finished_at >= to_timestamp($1)
+  FROM job_history WHERE finished_at >= to_timestamp($1) AND finished_at < to_timestamp($2)
  GROUP BY 1, 2
 )sql";
 constexpr const char* kSeriesDeadSql = R"sql(
 SELECT extract(epoch FROM date_trunc('minute', died_at))::bigint AS minute, queue, count(*)
-  FROM dead_jobs WHERE died_at >= to_timestamp($1)
+  FROM dead_jobs WHERE died_at >= to_timestamp($1) AND died_at < to_timestamp($2)
  GROUP BY 1, 2
 )sql";
 
@@ -73,7 +74,7 @@ SELECT * FROM (
           attempts, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS created_at,
           left(last_error, 200) AS last_error
      FROM jobs
-    WHERE $5 IN ('', 'available', 'scheduled', 'running') AND ($1 = 0 OR id = $1)
+    WHERE $5 IN ('', 'available', 'scheduled', 'running') AND ($1::bigint = 0 OR id = $1::bigint)
       AND ($2 = '' OR queue = $2) AND ($3 = '' OR type = $3) AND ($4 = '' OR partition_key = $4)
       AND ($5 = '' OR $5 = CASE WHEN state = 'running' THEN 'running'
                                 WHEN run_at > now() THEN 'scheduled' ELSE 'available' END)
@@ -82,7 +83,7 @@ SELECT * FROM (
   (SELECT id, queue, type, partition_key, outcome, attempts,
           to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), left(last_error, 200)
      FROM job_history
-    WHERE $5 IN ('', 'completed', 'cancelled') AND ($1 = 0 OR id = $1)
+    WHERE $5 IN ('', 'completed', 'cancelled') AND ($1::bigint = 0 OR id = $1::bigint)
       AND ($2 = '' OR queue = $2) AND ($3 = '' OR type = $3) AND ($4 = '' OR partition_key = $4)
       AND ($5 = '' OR outcome = $5)
     ORDER BY id DESC LIMIT $6)
@@ -90,7 +91,7 @@ SELECT * FROM (
   (SELECT id, queue, type, partition_key, 'dead', attempts,
           to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), left(last_error, 200)
      FROM dead_jobs
-    WHERE $5 IN ('', 'dead') AND ($1 = 0 OR id = $1)
+    WHERE $5 IN ('', 'dead') AND ($1::bigint = 0 OR id = $1::bigint)
       AND ($2 = '' OR queue = $2) AND ($3 = '' OR type = $3) AND ($4 = '' OR partition_key = $4)
     ORDER BY id DESC LIMIT $6)
 ) found ORDER BY id DESC LIMIT $6
@@ -216,19 +217,31 @@ Json Series::read(pqxx::transaction_base& tx) {
   const auto now = tx.exec("SELECT extract(epoch FROM date_trunc('minute', now()))::bigint")[0][0]
                        .as<std::int64_t>();
   const auto window = now - (kWindowMinutes - 1) * 60;
-  // The last two complete minutes are read again: a completion commits a moment after its
-  // finished_at.
-  const auto from = std::max(window, complete_until_ - 120);
   minutes_.erase(minutes_.begin(), minutes_.lower_bound(window));
-  minutes_.erase(minutes_.lower_bound(from), minutes_.end());
-  for (const auto& r : tx.exec_params(kSeriesSql, from)) {
-    auto& m = minutes_[r[0].as<std::int64_t>()][r[1].c_str()];
-    m.completed = r[2].as<std::int64_t>();
-    m.wait_p50_ms = r[3].is_null() ? -1 : r[3].as<double>();
-    m.run_p50_ms = r[4].is_null() ? -1 : r[4].as<double>();
+  auto load = [&](std::int64_t from, std::int64_t to) {
+    minutes_.erase(minutes_.lower_bound(from), minutes_.lower_bound(to));
+    for (const auto& r : tx.exec_params(kSeriesSql, from, to)) {
+      auto& m = minutes_[r[0].as<std::int64_t>()][r[1].c_str()];
+      m.completed = r[2].as<std::int64_t>();
+      m.wait_p50_ms = r[3].is_null() ? -1 : r[3].as<double>();
+      m.run_p50_ms = r[4].is_null() ? -1 : r[4].as<double>();
+    }
+    for (const auto& r : tx.exec_params(kSeriesDeadSql, from, to))
+      minutes_[r[0].as<std::int64_t>()][r[1].c_str()].dead = r[2].as<std::int64_t>();
+  };
+  // The recent minutes every time (the last two complete ones again: a completion commits a
+  // moment after its finished_at), and the rest of the hour in chunks of kChunkMinutes, newest
+  // first, one chunk a read: no read covers more than a few minutes of a busy history.
+  const auto recent = complete_until_ == 0 ? std::max(window, now - (kChunkMinutes - 1) * 60)
+                                           : std::max(window, complete_until_ - 120);
+  load(recent, now + 60);
+  if (filled_from_ == 0 || filled_from_ > recent) filled_from_ = recent;
+  if (filled_from_ > window) {
+    const auto from = std::max(window, filled_from_ - kChunkMinutes * 60);
+    load(from, filled_from_);
+    filled_from_ = from;
   }
-  for (const auto& r : tx.exec_params(kSeriesDeadSql, from))
-    minutes_[r[0].as<std::int64_t>()][r[1].c_str()].dead = r[2].as<std::int64_t>();
+  filled_from_ = std::max(filled_from_, window);
   complete_until_ = now;
 
   std::map<std::string, Json> by_queue;
@@ -337,6 +350,11 @@ Json act(pqxx::connection& conn, const std::string& schema, const std::string& a
     if (action == "step_down") {
       auto node = string_field(request, "node");
       if (node.empty()) node = "*";
+      // A node id is printable ASCII without spaces (config.h).
+      if (node.size() > 63 ||
+          std::any_of(node.begin(), node.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
+        throw ApiError{400, "node: a node id is 1..63 printable characters without spaces"};
+      }
       const auto id = admin.request_step_down(node, actor);
       return Json{{"message", "step-down request " + std::to_string(id) + " sent to " +
                                   (node == "*" ? std::string("the leader") : node)}};

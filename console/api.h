@@ -38,8 +38,9 @@ Json schedules(pqxx::transaction_base& tx);
 Json sagas(pqxx::transaction_base& tx, const Params& p);
 
 // Per queue and minute over the last hour: completed, dead, wait and run medians. Kept between
-// calls: each refresh reads only the minutes since the last complete one, so an open page costs
-// a few minutes of history a refresh, not an hour's.
+// calls: each refresh reads the minutes since the last complete one and, until the hour is
+// filled, one more 10-minute chunk of the past, so no read covers more than a few minutes of a
+// busy history.
 class Series {
  public:
   Json read(pqxx::transaction_base& tx);
@@ -55,6 +56,7 @@ class Series {
   // minute (seconds since the epoch) -> queue -> figures
   std::map<std::int64_t, std::map<std::string, Minute>> minutes_;
   std::int64_t complete_until_ = 0;  // minutes before this one are read and stable
+  std::int64_t filled_from_ = 0;     // minutes from this one on are read
 };
 
 // An action from the page, as {"action": ..., ...}; returns {"message": ...}. `actor` is who

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include <spdlog/spdlog.h>
+#include <boost/asio/ip/address.hpp>
 
 #include "baton/config.h"
 #include "baton/detail/http_server.h"
@@ -94,17 +97,43 @@ std::string header(const Request& r, const std::string& name) {
   return it == r.headers.end() ? "" : it->second;
 }
 
-// The host name of a Host header or an origin's authority, without the port.
+// The host name of a Host header, without the port: "[v6]" or a name or IPv4 address, then
+// nothing or ":port". Anything else is returned whole (and is no loopback name).
 std::string host_part(std::string_view authority) {
-  if (!authority.empty() && authority.front() == '[') {
-    const auto end = authority.find(']');
-    return std::string(authority.substr(0, end == std::string_view::npos ? end : end + 1));
-  }
-  return std::string(authority.substr(0, authority.find(':')));
+  const auto end = !authority.empty() && authority.front() == '[' ? authority.find(']') + 1
+                                                                  : authority.find(':');
+  if (end == 0 || end == std::string_view::npos) return std::string(authority);
+  const auto rest = authority.substr(end);
+  if (!rest.empty() && rest.front() != ':') return std::string(authority);
+  return std::string(authority.substr(0, end));
 }
 
-bool loopback_name(const std::string& host) {
-  return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
+// "localhost", or an address literal that is loopback. A name that merely starts with "127." is
+// anyone's (127.0.0.1.rebind.example): DNS decides where it points.
+bool loopback_name(std::string host) {
+  if (host == "localhost") return true;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
+}
+
+// An action for the log: its known fields only, each on one line and short.
+std::string describe(const Json& request) {
+  std::string out;
+  for (const char* field : {"action", "queue", "node"}) {
+    if (request.is_object() && request.contains(field)) {
+      const auto& v = request[field];
+      out += std::string(out.empty() ? "" : " ") + field + "=" +
+             detail::one_line(v.is_string() ? v.get<std::string>() : v.dump(), 80);
+    }
+  }
+  if (request.is_object() && request.contains("ids") && request["ids"].is_array()) {
+    out += " ids=" + std::to_string(request["ids"].size());
+  }
+  return out.empty() ? "(no action)" : out;
 }
 
 Response json(int status, const Json& body) {
@@ -131,6 +160,7 @@ struct Console::Impl {
   };
   std::mutex cache_mutex;
   std::unordered_map<std::string, Cached> cache;
+  std::atomic<std::uint64_t> generation{0};  // moves on with every action
   // One refresh of a paced read at a time: the others wait and take its result.
   std::mutex cluster_refresh, queues_refresh, series_refresh, schedules_refresh;
   Series series;
@@ -166,7 +196,8 @@ struct Console::Impl {
     return json(200, body);
   }
 
-  // A read reused for `ttl`; `refresh` lets one request at a time query for it.
+  // A read reused for `ttl`; `refresh` lets one request at a time query for it. Results of
+  // reads that began before an action are not kept (the generation moved on).
   template <class Read>
   Response cached(const std::string& key, std::chrono::milliseconds ttl, std::mutex* refresh,
                   Read&& what) {
@@ -184,15 +215,19 @@ struct Console::Impl {
       one = std::unique_lock(*refresh);
       if (auto r = fresh()) return *r;
     }
+    const auto began = generation.load();
     auto response = read(std::forward<Read>(what));
     std::lock_guard lock(cache_mutex);
-    if (cache.size() >= kCacheEntries) cache.clear();
-    cache[key] = {std::chrono::steady_clock::now() + ttl, response};
+    if (generation.load() != began) return response;
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(cache, [now](const auto& entry) { return entry.second.until <= now; });
+    if (cache.size() < kCacheEntries) cache[key] = {now + ttl, response};
     return response;
   }
 
   void forget() {
     std::lock_guard lock(cache_mutex);
+    ++generation;
     cache.clear();
   }
 
@@ -271,15 +306,20 @@ struct Console::Impl {
       if (const auto why = cross_site(r); !why.empty()) return error(403, why);
       const auto request = Json::parse(r.body, nullptr, false);
       if (request.is_discarded()) return error(400, "the request body is not JSON");
-      auto conn = take();
-      const auto result = act(*conn, config.connect.schema, "console:" + actor, request);
-      give_back(std::move(conn));
-      forget();
-      spdlog::info(
-          "console: {} ({}) {}: {}", actor, r.remote,
-          detail::one_line(request.dump(-1, ' ', false, Json::error_handler_t::replace), 300),
-          result.value("message", ""));
-      return json(200, result);
+      const auto what = describe(request);
+      try {
+        auto conn = take();
+        const auto result = act(*conn, config.connect.schema, "console:" + actor, request);
+        give_back(std::move(conn));
+        forget();
+        spdlog::info("console: {} ({}) {}: {}", actor, r.remote, what,
+                     detail::one_line(result.value("message", ""), 300));
+        return json(200, result);
+      } catch (const ApiError& e) {
+        spdlog::warn("console: {} ({}) {}: refused: {}", actor, r.remote, what,
+                     detail::one_line(e.message, 300));
+        throw;
+      }
     }
     if (path == "/api/action") return error(405, "an action is a POST");
     if (r.method != "GET") return error(405, "use GET (actions are POST /api/action)");
@@ -291,9 +331,17 @@ struct Console::Impl {
                             {"actor", actor},
                             {"csrf", csrf}});
     }
-    std::string key = path;
-    for (const auto& [k, v] : r.query)
-      key += "\n" + k + "=" + v;
+    // The key holds only the parameters the endpoint reads, so that made-up ones cannot fill
+    // the cache with copies.
+    auto key_of = [&r, &path](std::initializer_list<const char*> names) {
+      std::string key = path;
+      for (const char* name : names) {
+        const auto it = r.query.find(name);
+        key += "\n" + (it == r.query.end() ? std::string() : it->second.substr(0, 200));
+      }
+      return key;
+    };
+    const std::string key = key_of({});
     if (path == "/api/cluster") {
       return cached(key, kClusterTtl, &cluster_refresh, [](auto& tx) { return cluster(tx); });
     }
@@ -306,18 +354,18 @@ struct Console::Impl {
     if (path == "/api/schedules") {
       return cached(key, kClusterTtl, &schedules_refresh, [](auto& tx) { return schedules(tx); });
     }
+    // Searches are cached briefly (their rows and texts are bounded); one job or saga, whose
+    // payload or state may be large, is read each time.
     if (path == "/api/jobs") {
-      return cached(key, kSearchTtl, nullptr, [&r](auto& tx) { return jobs(tx, r.query); });
-    }
-    if (path == "/api/job") {
-      return cached(key, kSearchTtl, nullptr, [&r](auto& tx) { return job(tx, r.query); });
+      return cached(key_of({"id", "queue", "type", "state", "key"}), kSearchTtl, nullptr,
+                    [&r](auto& tx) { return jobs(tx, r.query); });
     }
     if (path == "/api/dead") {
-      return cached(key, kSearchTtl, nullptr, [&r](auto& tx) { return dead(tx, r.query); });
+      return cached(key_of({"queue"}), kSearchTtl, nullptr,
+                    [&r](auto& tx) { return dead(tx, r.query); });
     }
-    if (path == "/api/sagas") {
-      return cached(key, kSearchTtl, nullptr, [&r](auto& tx) { return sagas(tx, r.query); });
-    }
+    if (path == "/api/job") return read([&r](auto& tx) { return job(tx, r.query); });
+    if (path == "/api/sagas") return read([&r](auto& tx) { return sagas(tx, r.query); });
     return error(404, "no such endpoint: " + detail::one_line(path, 100));
   }
 
@@ -336,7 +384,13 @@ struct Console::Impl {
         out = error(503, "the database does not answer (" +
                              detail::one_line(detail::scrub(e.what()), 300) + ")");
       } catch (const pqxx::sql_error& e) {
-        out = error(503, "database: " + detail::one_line(detail::server_message(e), 300));
+        // A statement timeout is the database not answering in time; anything else is ours.
+        const bool slow = e.sqlstate() == "57014";
+        out = error(slow ? 503 : 500,
+                    (slow ? "the database did not answer within the console's statement "
+                            "timeout (5 s): "
+                          : "database: ") +
+                        detail::one_line(detail::server_message(e), 300));
       } catch (const std::exception& e) {
         out = error(500, detail::one_line(detail::scrub(e.what()), 300));
       }

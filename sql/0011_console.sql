@@ -44,3 +44,48 @@ $grant$;
 -- A finished job keeps the errors of its earlier attempts (NULL when it had none), so that its
 -- story stays whole after it completes.
 ALTER TABLE job_history ADD COLUMN errors jsonb;
+
+-- baton.cancel() of a job that never ran keeps its earlier attempts' errors too (as 0009 wrote
+-- it, but for the errors column).
+DO $migration$
+DECLARE
+  functions text := $functions$
+CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.cancel(p_id bigint) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = _BATON_SCHEMA_, pg_temp AS $f$
+DECLARE
+  j _BATON_SCHEMA_.jobs%ROWTYPE;
+BEGIN
+  SELECT * INTO j FROM _BATON_SCHEMA_.jobs WHERE id = p_id FOR UPDATE;
+  IF NOT FOUND THEN
+    IF EXISTS (SELECT 1 FROM _BATON_SCHEMA_.job_history WHERE id = p_id)
+       OR EXISTS (SELECT 1 FROM _BATON_SCHEMA_.dead_jobs WHERE id = p_id) THEN
+      RETURN 'finished';
+    END IF;
+    RETURN 'not_found';
+  END IF;
+  IF j.state = 'running' THEN
+    UPDATE _BATON_SCHEMA_.jobs SET cancel_requested_at = coalesce(cancel_requested_at, now())
+     WHERE id = p_id;
+    PERFORM pg_notify(current_schema() || '_jobs', 'cancel ' || p_id);
+    RETURN 'cancelling';
+  END IF;
+  DELETE FROM _BATON_SCHEMA_.jobs WHERE id = p_id;
+  INSERT INTO _BATON_SCHEMA_.job_history (id, queue, partition_key, type, payload, priority,
+                                          attempts, created_at, run_at, first_started_at,
+                                          started_at, finished_at, run_seconds, node, epoch,
+                                          outcome, idempotency_key, last_error, errors)
+  VALUES (j.id, j.queue, j.partition_key, j.type, j.payload, j.priority, j.attempts,
+          j.created_at, j.run_at, j.first_started_at, NULL, now(), NULL, NULL, NULL, 'cancelled',
+          j.idempotency_key, j.last_error, nullif(j.errors, '[]'));
+  -- The next job of an ordered partition may run now.
+  IF j.partition IS NOT NULL THEN
+    PERFORM pg_notify(current_schema() || '_jobs', j.queue);
+  END IF;
+  RETURN 'cancelled';
+END
+$f$;
+$functions$;
+BEGIN
+  EXECUTE replace(functions, '_BATON_SCHEMA_', quote_ident(current_schema()));
+END
+$migration$;

@@ -186,7 +186,7 @@ const pages = {
         table(['At (UTC)', 'Event', 'Node', 'Epoch', 'Why'],
           c.timeline.map((e) => el('tr', { class: 'timeline', 'data-event': e.event, 'data-node': e.node_id, 'data-epoch': e.epoch },
             el('td', {}, when(e.at)), el('td', {}, pill(e.event)), el('td', {}, e.node_id), num(e.epoch),
-            el('td', {}, e.event === 'granted' ? (REASONS[e.reason] || (() => e.reason))(e) : e.reason.replace('_', ' ')))),
+            el('td', {}, e.event === 'granted' && Object.hasOwn(REASONS, e.reason) ? REASONS[e.reason](e) : String(e.reason).replace('_', ' ')))),
           { id: 'timeline' }));
     },
   },
@@ -196,9 +196,12 @@ const pages = {
     series: null,
     seriesAt: 0,
     async fill(box) {
+      // The hourly figures are extra: the depths show even when they cannot be read.
       const [qs] = await Promise.all([get('/api/queues'),
         (async () => {
-          if (Date.now() - this.seriesAt > 15000) { this.series = await get('/api/series'); this.seriesAt = Date.now(); }
+          if (Date.now() - this.seriesAt < 15000) return;
+          this.seriesAt = Date.now();
+          try { this.series = await get('/api/series'); } catch (e) { this.series = null; }
         })()]);
       const series = this.series || {};
       const names = new Set(qs.map((q) => q.queue));
@@ -286,14 +289,17 @@ const pages = {
       box.append(searchForm([{ name: 'queue', label: 'queue' }], values, (q) => { location.hash = '#dead?' + q; }));
       return new URLSearchParams(values).toString();
     },
+    // Ticked rows stay ticked across refreshes (while they are still dead letters).
+    chosen: new Set(),
     async fill(box, query) {
       const r = await get('/api/dead?' + query);
       const queue = params(query).queue || '';
-      const checks = [];
-      const chosen = () => checks.filter((c) => c.checked).map((c) => Number(c.value));
+      const shown = new Set(r.dead.map((d) => d.id));
+      for (const id of [...this.chosen]) if (!shown.has(id)) this.chosen.delete(id);
+      const chosen = () => [...this.chosen];
       const rows = r.dead.map((d) => {
-        const c = el('input', { type: 'checkbox', value: d.id, 'aria-label': 'select ' + d.id });
-        checks.push(c);
+        const c = el('input', { type: 'checkbox', value: d.id, 'aria-label': 'select ' + d.id, checked: this.chosen.has(d.id) });
+        c.addEventListener('change', () => { if (c.checked) this.chosen.add(d.id); else this.chosen.delete(d.id); });
         return el('tr', { 'data-dead': d.id }, el('td', {}, canAct() ? c : null), el('td', {}, jobLink(d.id)), el('td', {}, d.queue),
           el('td', {}, d.type), num(d.attempts), el('td', {}, d.reason), el('td', {}, d.died_at), el('td', { class: 'err' }, text(d.last_error)));
       });
@@ -346,7 +352,7 @@ function route() {
   const hash = location.hash.slice(1) || 'cluster';
   const [head, query] = [hash.split('?')[0], hash.includes('?') ? hash.slice(hash.indexOf('?') + 1) : ''];
   const [name, arg] = head.split('/');
-  const page = pages[name] ? name : 'cluster';
+  const page = Object.hasOwn(pages, name) ? name : 'cluster';
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.page === page || (page === 'job' && a.dataset.page === 'jobs'));
   const main = document.getElementById('page');
   main.replaceChildren(el('h2', {}, pages[page].title));

@@ -34,8 +34,8 @@ live AS (
          count(*) FILTER (WHERE state = 'running') AS running,
          count(*) FILTER (WHERE state = 'available' AND run_at <= now()
                             AND type NOT IN (SELECT type FROM handled)) AS without_handler,
-         extract(epoch FROM now() - min(run_at) FILTER (
-           WHERE state = 'available' AND run_at <= now()))::numeric(12, 3) AS oldest_available_s
+         round(extract(epoch FROM now() - min(run_at) FILTER (
+           WHERE state = 'available' AND run_at <= now()))::numeric, 3) AS oldest_available_s
     FROM jobs GROUP BY queue),
 hist AS (SELECT queue, count(*) AS completed FROM job_history GROUP BY queue),
 dead AS (SELECT queue, count(*) AS dead FROM dead_jobs GROUP BY queue)

@@ -216,8 +216,8 @@ TEST(Console, AnOperatorSeesTheClusterQueuesDeadLettersAndAFailoverInABrowser) {
   ASSERT_TRUE(b.wait_for(released, 15s)) << b.page_log();
   EXPECT_NE(b.eval(released + ".textContent").get<std::string>().find("stepped down"),
             std::string::npos);
-  const auto regranted = "document.querySelector('#timeline tr.timeline[data-node=\"" + leader +
-                         "\"][data-event=\"granted\"]')";
+  const auto regranted = "document.querySelector('#timeline tr.timeline[data-epoch=\"" +
+                         std::to_string(cluster.epoch()) + "\"][data-event=\"granted\"]')";
   ASSERT_TRUE(b.wait_for(regranted, 10s));
   EXPECT_NE(b.eval(regranted + ".textContent")
                 .get<std::string>()

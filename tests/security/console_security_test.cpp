@@ -51,12 +51,18 @@ TEST(HostileConsole, WithoutATokenOnlyLoopbackNamesAreAnsweredAndActionsNeedTheP
 
   // DNS rebinding: a page at evil.example whose name now resolves to 127.0.0.1 reaches the
   // port with its own name in Host. Nothing is served to it, not even the page.
-  for (const std::string path : {"/", "/api/session", "/api/cluster"}) {
-    const auto r = http_request(address, "GET", path, {{"Host", "evil.example" + port}});
-    EXPECT_EQ(r.status, 403) << path << ": " << r.body;
-    EXPECT_EQ(r.body.find("csrf"), std::string::npos);
+  // A name that only looks like a loopback address is anyone's name.
+  for (const std::string host : {"evil.example", "127.evil.example", "127.0.0.1.nip.io",
+                                 "localhost.evil.example", "[::1].evil.example", ""}) {
+    for (const std::string path : {"/", "/api/session", "/api/cluster"}) {
+      const auto r = http_request(address, "GET", path, {{"Host", host + port}});
+      EXPECT_EQ(r.status, 403) << host << path << ": " << r.body;
+      EXPECT_EQ(r.body.find("csrf"), std::string::npos);
+    }
   }
-  EXPECT_EQ(http_request(address, "GET", "/", {{"Host", "localhost" + port}}).status, 200);
+  for (const std::string host : {"localhost", "127.0.0.1", "127.0.0.2", "[::1]"}) {
+    EXPECT_EQ(http_request(address, "GET", "/", {{"Host", host + port}}).status, 200) << host;
+  }
   EXPECT_EQ(http_request(address, "GET", "/api/cluster").status, 200);
 
   const auto csrf = csrf_of(address);
@@ -77,6 +83,10 @@ TEST(HostileConsole, WithoutATokenOnlyLoopbackNamesAreAnsweredAndActionsNeedTheP
       {{"Content-Type", "application/json"},
        {"X-Baton-Csrf", csrf},
        {"Sec-Fetch-Site", "cross-site"}},
+      {{"Content-Type", "application/json"},
+       {"X-Baton-Csrf", csrf},
+       {"Sec-Fetch-Site", "same-site"}},
+      {{"Content-Type", "application/json"}, {"X-Baton-Csrf", csrf}, {"Origin", "null"}},
   };
   for (const auto& headers : forged) {
     const auto r = http_request(address, "POST", "/api/action", headers, pause);
@@ -110,7 +120,8 @@ TEST(HostileConsole, WithoutATokenOnlyLoopbackNamesAreAnsweredAndActionsNeedTheP
   for (const std::string body :
        {"not json", R"({"action":"pause","queue":"bad name; DROP TABLE jobs"})",
         R"({"action":"retry","ids":["1 OR 1=1"]})", R"({"action":"explode"})",
-        R"({"action":"pause","queue":7})"}) {
+        R"({"action":"pause","queue":7})",
+        R"({"action":"step_down","node":"x\n[info] leadership GRANTED: epoch=99"})"}) {
     const auto r =
         http_request(address, "POST", "/api/action",
                      {{"Content-Type", "application/json"}, {"X-Baton-Csrf", csrf}}, body);
@@ -118,7 +129,25 @@ TEST(HostileConsole, WithoutATokenOnlyLoopbackNamesAreAnsweredAndActionsNeedTheP
   }
   EXPECT_EQ(http_request(address, "GET", "/api/jobs?state=%27%3B+DROP").status, 400);
   EXPECT_EQ(http_request(address, "GET", "/api/job?id=1+OR+1%3D1").status, 400);
-  EXPECT_GT(cluster.count("SELECT count(*) FROM pg_tables WHERE tablename = 'jobs'"), 0);
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM pg_tables WHERE tablename = 'jobs' AND "
+                          "schemaname = current_schema()"),
+            1);
+  EXPECT_EQ(cluster.process("n1").log().find("\n[info] leadership GRANTED: epoch=99"),
+            std::string::npos)
+      << "a request must not write lines of its own into the log";
+
+  // What a hostile producer can put in the queue does not break the pages: a job due in 1980,
+  // ids beyond 32 bits.
+  {
+    pqxx::nontransaction tx(cluster.db());
+    tx.exec("INSERT INTO queue_state (queue, paused, updated_by) VALUES ('old', true, 't')");
+    tx.exec("INSERT INTO jobs (queue, type, run_at) VALUES ('old', 'noop', '1980-01-01')");
+  }
+  const auto queues = http_request(address, "GET", "/api/queues");
+  EXPECT_EQ(queues.status, 200) << queues.body;
+  EXPECT_NE(queues.body.find("\"queue\":\"old\""), std::string::npos) << queues.body;
+  const auto big = http_request(address, "GET", "/api/jobs?id=3000000000");
+  EXPECT_EQ(big.status, 200) << big.body;
 }
 
 TEST(HostileConsole, ATokenIsRequiredWhenGivenAndNamesWhoActed) {
