@@ -66,32 +66,6 @@ bool same_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::string base64_decode(std::string_view in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  unsigned acc = 0;
-  int bits = 0;
-  for (const char c : in) {
-    if (c == '=') break;
-    const int v = value(c);
-    if (v < 0) return "";
-    acc = (acc << 6U) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> static_cast<unsigned>(bits)) & 0xffU);
-    }
-  }
-  return out;
-}
-
 std::string header(const Request& r, const std::string& name) {
   const auto it = r.headers.find(name);
   return it == r.headers.end() ? "" : it->second;
@@ -251,7 +225,7 @@ struct Console::Impl {
     if (auth.rfind("Bearer ", 0) == 0) {
       secret = auth.substr(7);
     } else if (auth.rfind("Basic ", 0) == 0) {
-      const auto decoded = base64_decode(auth.substr(6));
+      const auto decoded = detail::base64_decode(auth.substr(6));
       const auto colon = decoded.find(':');
       if (colon != std::string::npos) {
         user = decoded.substr(0, colon);
@@ -337,7 +311,8 @@ struct Console::Impl {
       std::string key = path;
       for (const char* name : names) {
         const auto it = r.query.find(name);
-        key += "\n" + (it == r.query.end() ? std::string() : it->second.substr(0, 200));
+        key += '\n';
+        if (it != r.query.end()) key += it->second.substr(0, 200);
       }
       return key;
     };

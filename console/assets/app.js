@@ -251,7 +251,7 @@ const pages = {
         el('p', { class: 'muted' }, `Newest first, at most ${r.limit}.`),
         table(['Id', 'Queue', 'Type', 'State', { label: 'Attempts', num: 1 }, 'Partition key', 'Enqueued', 'Last error'],
           r.jobs.map((j) => el('tr', { 'data-job': j.id }, el('td', {}, jobLink(j.id)), el('td', {}, j.queue), el('td', {}, j.type),
-            el('td', {}, pill(j.state)), num(j.attempts), el('td', {}, text(j.partition_key)), el('td', {}, j.created_at),
+            el('td', {}, pill(j.state)), num(j.attempts), el('td', {}, text(j.partition_key)), el('td', {}, when(j.created_at)),
             el('td', { class: 'err' }, text(j.last_error)))), { id: 'jobs' }));
     },
   },
@@ -301,7 +301,7 @@ const pages = {
         const c = el('input', { type: 'checkbox', value: d.id, 'aria-label': 'select ' + d.id, checked: this.chosen.has(d.id) });
         c.addEventListener('change', () => { if (c.checked) this.chosen.add(d.id); else this.chosen.delete(d.id); });
         return el('tr', { 'data-dead': d.id }, el('td', {}, canAct() ? c : null), el('td', {}, jobLink(d.id)), el('td', {}, d.queue),
-          el('td', {}, d.type), num(d.attempts), el('td', {}, d.reason), el('td', {}, d.died_at), el('td', { class: 'err' }, text(d.last_error)));
+          el('td', {}, d.type), num(d.attempts), el('td', {}, d.reason), el('td', {}, when(d.died_at)), el('td', { class: 'err' }, text(d.last_error)));
       });
       box.replaceChildren(
         el('p', { class: 'muted', id: 'dead-total' }, `${r.total} dead letters${queue ? ' in ' + queue : ''}; newest ${Math.min(r.total, r.limit)} shown.`),
@@ -319,7 +319,7 @@ const pages = {
       const r = await get('/api/schedules');
       box.replaceChildren(table(['Name', 'Spec', 'Type', 'Queue', 'Active', 'Last tick', 'Next tick', 'Last run', 'Missed'],
         r.map((s) => el('tr', { 'data-schedule': s.name }, el('td', {}, s.name), el('td', {}, s.spec), el('td', {}, s.type), el('td', {}, s.queue),
-          el('td', {}, s.active ? 'yes' : 'no'), el('td', {}, text(s.last_tick)), el('td', {}, text(s.next_tick)),
+          el('td', {}, s.active ? 'yes' : 'no'), el('td', {}, when(s.last_tick)), el('td', {}, when(s.next_tick)),
           el('td', {}, s.last_run ? pill(s.last_run) : '–', s.last_job_id ? [' ', jobLink(s.last_job_id)] : null), el('td', {}, text(s.missed)))),
         { id: 'schedules' }));
     },
@@ -340,7 +340,7 @@ const pages = {
         table(['Id', 'Type', { label: 'Version', num: 1 }, 'Indexed by', 'Updated', 'Completed'],
           r.sagas.map((s) => el('tr', { 'data-saga': s.id }, el('td', {}, el('a', { href: '#sagas?id=' + encodeURIComponent(s.id) }, s.id)),
             el('td', {}, s.type), num(s.version), el('td', {}, typeof s.indexed === 'object' && s.indexed !== null ? JSON.stringify(s.indexed) : text(s.indexed)),
-            el('td', {}, text(s.updated_at)), el('td', {}, text(s.completed_at)))), { id: 'sagas' }),
+            el('td', {}, when(s.updated_at)), el('td', {}, when(s.completed_at)))), { id: 'sagas' }),
         one ? [el('h2', {}, 'State'), el('pre', { id: 'saga-data' }, JSON.stringify(one.data, null, 2))] : null);
     },
   },

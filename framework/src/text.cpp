@@ -70,6 +70,32 @@ std::string clean_text(std::string_view text, std::size_t max_bytes) {
 
 namespace baton::detail {
 
+std::string base64_decode(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  unsigned acc = 0;
+  int bits = 0;
+  for (const char c : text) {
+    if (c == '=') break;
+    const int v = value(c);
+    if (v < 0) return "";
+    acc = (acc << 6U) | static_cast<unsigned>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> static_cast<unsigned>(bits)) & 0xffU);
+    }
+  }
+  return out;
+}
+
 std::string one_line(std::string_view text, std::size_t max_bytes) {
   std::string out = clean_text(text, max_bytes);
   for (char& c : out) {

@@ -20,23 +20,6 @@ std::string output_dir() {
   return dir;
 }
 
-// The console's host:port, from the node's log line.
-std::string console_address(Cluster& cluster, const std::string& node) {
-  std::string address;
-  wait_for(
-      [&] {
-        const auto log = cluster.process(node).log();
-        const std::string mark = "serving the console on http://";
-        const auto at = log.find(mark);
-        if (at == std::string::npos) return false;
-        const auto start = at + mark.size();
-        address = log.substr(start, log.find('/', start) - start);
-        return true;
-      },
-      20s);
-  return address;
-}
-
 // The text of the first element matching `selector`, as a JavaScript expression.
 std::string text_of(const std::string& selector) {
   return "(document.querySelector('" + selector + "')?.textContent ?? '')";
@@ -57,7 +40,7 @@ TEST(Console, AnOperatorSeesTheClusterQueuesDeadLettersAndAFailoverInABrowser) {
   ASSERT_NE(leader, "") << cluster.logs();
   // The follower serves the console too; it reads the database, so it shows the same.
   const std::string follower = leader == "n1" ? "n2" : "n1";
-  const auto address = console_address(cluster, follower);
+  const auto address = cluster.console_addr(follower);
   ASSERT_NE(address, "") << cluster.logs();
   const std::string base = "http://" + address;
 
@@ -233,7 +216,7 @@ TEST(Console, ReadOnlyShowsEverythingAndChangesNothing) {
   Cluster cluster(unique_schema("console_ro"), 1,
                   {"--console-listen", "127.0.0.1:0", "--console-read-only"});
   ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
-  const auto address = console_address(cluster, "n1");
+  const auto address = cluster.console_addr("n1");
   ASSERT_NE(address, "");
   {
     pqxx::nontransaction tx(cluster.db());

@@ -1,7 +1,8 @@
 // Fuzzes the cleaning of handlers' text before it is stored: whatever the bytes, clean_text keeps
 // only text that a second, independent UTF-8 decoder (code point ranges, not byte tables) calls
 // well-formed, as PostgreSQL would; valid text is kept as it is; one_line has no control
-// characters. The integration test HostileStrings checks the same against PostgreSQL itself.
+// characters; base64_decode inverts an encoding. The integration test HostileStrings checks the
+// same against PostgreSQL itself.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -60,5 +61,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (char c : baton::detail::one_line(text)) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) __builtin_trap();
   }
+  // base64 (the console's basic auth): any bytes decode to at most 3/4 of their length, and
+  // bytes encoded here decode back to themselves.
+  if (baton::detail::base64_decode(text).size() > size * 3 / 4 + 1) __builtin_trap();
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string encoded;
+  for (std::size_t i = 0; i < size; i += 3) {
+    const std::uint32_t n = (std::uint32_t{data[i]} << 16U) |
+                            (i + 1 < size ? std::uint32_t{data[i + 1]} << 8U : 0U) |
+                            (i + 2 < size ? std::uint32_t{data[i + 2]} : 0U);
+    encoded += kAlphabet[(n >> 18U) & 63U];
+    encoded += kAlphabet[(n >> 12U) & 63U];
+    encoded += i + 1 < size ? kAlphabet[(n >> 6U) & 63U] : '=';
+    encoded += i + 2 < size ? kAlphabet[n & 63U] : '=';
+  }
+  if (baton::detail::base64_decode(encoded) != text) __builtin_trap();
   return 0;
 }

@@ -15,22 +15,6 @@ namespace {
 
 using namespace baton::test;
 
-std::string console_address(Cluster& cluster, const std::string& node) {
-  std::string address;
-  wait_for(
-      [&] {
-        const auto log = cluster.process(node).log();
-        const std::string mark = "serving the console on http://";
-        const auto at = log.find(mark);
-        if (at == std::string::npos) return false;
-        const auto start = at + mark.size();
-        address = log.substr(start, log.find('/', start) - start);
-        return true;
-      },
-      20s);
-  return address;
-}
-
 std::string csrf_of(const std::string& address,
                     const std::vector<std::pair<std::string, std::string>>& auth = {}) {
   const auto r = http_request(address, "GET", "/api/session", auth);
@@ -45,7 +29,7 @@ long long paused(Cluster& cluster, const std::string& queue) {
 TEST(HostileConsole, WithoutATokenOnlyLoopbackNamesAreAnsweredAndActionsNeedThePagesToken) {
   Cluster cluster(unique_schema("console_csrf"), 1, {"--console-listen", "127.0.0.1:0"});
   ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
-  const auto address = console_address(cluster, "n1");
+  const auto address = cluster.console_addr("n1");
   ASSERT_NE(address, "") << cluster.logs();
   const auto port = address.substr(address.rfind(':'));
 
@@ -160,7 +144,7 @@ TEST(HostileConsole, ATokenIsRequiredWhenGivenAndNamesWhoActed) {
       schema, 1,
       {"--console-listen", "127.0.0.1:0", "--console-token-file", (dir / "token").string()});
   ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
-  const auto address = console_address(cluster, "n1");
+  const auto address = cluster.console_addr("n1");
   ASSERT_NE(address, "") << cluster.logs();
 
   const auto none = http_request(address, "GET", "/api/session");
@@ -206,7 +190,7 @@ TEST(HostileConsole, AConsoleWhoseRoleMayNotActSaysWhichRoleToGive) {
   }
   cluster.start("n1");
   ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();
-  const auto address = console_address(cluster, "n1");
+  const auto address = cluster.console_addr("n1");
   ASSERT_NE(address, "") << cluster.logs();
   EXPECT_EQ(http_request(address, "GET", "/api/cluster").status, 200)
       << "the node role reads everything the console shows";

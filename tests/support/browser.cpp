@@ -17,34 +17,14 @@
 #include <thread>
 #include <vector>
 
+#include "baton/detail/text.h"
+
 extern char** environ;
 
 namespace baton::test {
 namespace {
 
 constexpr const char* kChromium = "/usr/bin/chromium";
-
-std::string base64_decode(const std::string& in) {
-  std::string out;
-  unsigned acc = 0;
-  int bits = 0;
-  for (const char c : in) {
-    int v = -1;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    if (c >= '0' && c <= '9') v = c - '0' + 52;
-    if (c == '+') v = 62;
-    if (c == '/') v = 63;
-    if (v < 0) continue;
-    acc = (acc << 6U) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((acc >> static_cast<unsigned>(bits)) & 0xffU);
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -229,7 +209,8 @@ bool Browser::wait_for(const std::string& expression, std::chrono::milliseconds 
 void Browser::screenshot(const std::string& path) {
   const auto shot =
       call("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", true}});
-  std::ofstream(path, std::ios::binary) << base64_decode(shot.at("data").get<std::string>());
+  std::ofstream(path, std::ios::binary)
+      << baton::detail::base64_decode(shot.at("data").get<std::string>());
 }
 
 void Browser::set_headers(const nlohmann::json& headers) {

@@ -86,6 +86,22 @@ std::string Cluster::metrics_addr(const std::string& node_id) {
   return r.empty() || r[0][0].is_null() ? "" : r[0][0].c_str();
 }
 
+std::string Cluster::console_addr(const std::string& node_id, std::chrono::milliseconds timeout) {
+  const std::string mark = "serving the console on http://";
+  std::string address;
+  wait_for(
+      [&] {
+        const auto log = process(node_id).log();
+        const auto at = log.find(mark);
+        if (at == std::string::npos) return false;
+        const auto start = at + mark.size();
+        address = log.substr(start, log.find('/', start) - start);
+        return true;
+      },
+      timeout);
+  return address;
+}
+
 std::string Cluster::wait_leader(std::chrono::milliseconds timeout, const std::string& not_this) {
   std::string found;
   wait_for(

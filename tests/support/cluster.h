@@ -31,6 +31,9 @@ class Cluster {
   long long epoch();
   // host:port of the node's /metrics, from the nodes table.
   std::string metrics_addr(const std::string& node_id);
+  // host:port of the node's console (--console-listen), from its log line; "" when it does not
+  // serve one within `timeout`.
+  std::string console_addr(const std::string& node_id, std::chrono::milliseconds timeout = 20s);
   // Waits for a leader (other than `not_this`) and returns it; "" on timeout.
   std::string wait_leader(std::chrono::milliseconds timeout, const std::string& not_this = "");
 

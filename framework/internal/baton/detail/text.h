@@ -44,4 +44,8 @@ std::string concat(const Parts&... parts) {
 // line, and a database error's trailing newline does not end up in the middle of a line.
 std::string one_line(std::string_view text, std::size_t max_bytes = 2000);
 
+// Standard base64 (RFC 4648, '=' padding optional) decoded; "" when `text` holds any other
+// character.
+std::string base64_decode(std::string_view text);
+
 }  // namespace baton::detail
