@@ -201,6 +201,20 @@ TEST(HostileConsole, AConsoleWhoseRoleMayNotActSaysWhichRoleToGive) {
                    R"({"action":"pause","queue":"q1"})");
   EXPECT_EQ(r.status, 403) << r.body;
   EXPECT_NE(r.body.find("--console-database-url"), std::string::npos) << r.body;
+  // Retrying a dead letter enqueues, which the node role may not do from here either; it says
+  // so and the dead letter stays.
+  {
+    pqxx::nontransaction tx(cluster.db());
+    tx.exec(
+        "INSERT INTO dead_jobs (id, queue, type, payload, priority, attempts, max_attempts, "
+        "created_at, reason) VALUES (424242, 'q1', 'noop', '{}', 0, 1, 1, now(), 'test')");
+  }
+  const auto retry =
+      http_request(address, "POST", "/api/action",
+                   {{"Content-Type", "application/json"}, {"X-Baton-Csrf", csrf_of(address)}},
+                   R"({"action":"retry","ids":[424242]})");
+  EXPECT_EQ(retry.status, 403) << retry.body;
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM dead_jobs WHERE id = 424242"), 1);
 }
 
 TEST(HostileConsole, SettingsThatWouldExposeTheConsoleAreRefusedAtStart) {
