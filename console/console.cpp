@@ -376,6 +376,10 @@ struct Console::Impl {
     } else {
       out = Response{404, "text/plain; charset=utf-8", "not found\n"};
     }
+    if (config.observe) {
+      const bool api_path = r.path.rfind("/api/", 0) == 0;
+      config.observe(!api_path ? "page" : r.method == "POST" ? "action" : "read", out.status);
+    }
     out.headers.emplace_back("Content-Security-Policy", kCsp);
     out.headers.emplace_back("X-Frame-Options", "DENY");
     out.headers.emplace_back("Referrer-Policy", "no-referrer");

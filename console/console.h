@@ -8,6 +8,7 @@
 // worker pool, each with a connection of its own from a small pool.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,8 @@ struct ConsoleConfig {
   std::string token;  // empty: none (the node allows that on loopback only)
   bool read_only = false;
   int worker_threads = 2;  // requests querying the database at once
+  // Called once per answer with its kind (page, read, action) and status; thread-safe.
+  std::function<void(std::string_view kind, int status)> observe;
 };
 
 class Console {

@@ -121,6 +121,11 @@ Metrics::Metrics(const std::string& node_id, std::string deployment)
                                "password, no pg_hba.conf entry); the node keeps retrying.")
                          .Register(*registry_)
                          .Add({})),
+      console_requests_(BuildCounter()
+                            .Name("baton_console_requests_total")
+                            .Help("Requests the console answered, by kind (page, read, action) "
+                                  "and HTTP status.")
+                            .Register(*registry_)),
       leader_(BuildGauge()
                   .Name("baton_leader")
                   .Help("1 while this node is the leader, else 0.")
@@ -252,6 +257,11 @@ void Metrics::database_error(std::string_view component) {
 
 void Metrics::authentication_failed() {
   auth_failures_.Increment();
+}
+
+void Metrics::console_request(std::string_view kind, int status) {
+  console_requests_.Add({{"kind", std::string(kind)}, {"code", std::to_string(status)}})
+      .Increment();
 }
 
 void Metrics::claimed_waiting(int count) {

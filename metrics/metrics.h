@@ -43,6 +43,9 @@ class Metrics final : public detail::JobObserver,
   void database_error(std::string_view component) override;
   void authentication_failed() override;
 
+  // The console answered a request: `kind` is page, read or action; `status` its HTTP status.
+  void console_request(std::string_view kind, int status);
+
   // JobObserver
   void job_started(std::string_view queue, std::string_view type, double wait_seconds) override;
   void job_finished(std::string_view queue, std::string_view type, detail::Outcome outcome,
@@ -100,6 +103,7 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Counter>& leadership_changes_;
   prometheus::Family<prometheus::Counter>& db_errors_;
   prometheus::Counter& auth_failures_;
+  prometheus::Family<prometheus::Counter>& console_requests_;
   prometheus::Gauge& leader_;
   prometheus::Gauge& epoch_;
   prometheus::Gauge& last_failover_;

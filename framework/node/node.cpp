@@ -284,6 +284,9 @@ void Node::run() {
     cc.version = BATON_VERSION;
     if (!c.console_token_file.empty()) cc.token = console::read_token_file(c.console_token_file);
     cc.read_only = c.console_read_only;
+    cc.observe = [m = s.metrics.get()](std::string_view kind, int status) {
+      m->console_request(kind, status);
+    };
     s.console = std::make_unique<console::Console>(std::move(cc));
     s.console_address = s.console->address();
     s.console_ready.store(true);

@@ -18,6 +18,13 @@ using namespace baton::test;
 
 class ConsoleApi : public SchemaTest {};
 
+// The value of one exact series (name with its labels) in a scrape, or -1 when absent.
+double sample(const std::string& page, const std::string& name_and_labels) {
+  const auto at = page.find("\n" + name_and_labels + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + name_and_labels.size() + 2));
+}
+
 nlohmann::json get_json(const std::string& address, const std::string& path) {
   const auto r = http_request(address, "GET", path);
   EXPECT_EQ(r.status, 200) << path << ": " << r.body;
@@ -27,6 +34,7 @@ nlohmann::json get_json(const std::string& address, const std::string& path) {
 TEST_F(ConsoleApi, EveryEndpointAnswersConcurrentClientsAndActionsShowAtOnce) {
   auto config = test_config(schema_, "c1");
   config.console_listen = "127.0.0.1:0";
+  config.metrics_listen = "127.0.0.1:0";
   RunningNode n(config, [](Node& node) {
     node.handle("noop", [](JobContext&) {});
     node.handle("fail", [](JobContext&) { throw std::runtime_error("no <b>luck</b>"); });
@@ -102,6 +110,18 @@ TEST_F(ConsoleApi, EveryEndpointAnswersConcurrentClientsAndActionsShowAtOnce) {
   const auto jobs = get_json(address, "/api/jobs?queue=a&state=completed");
   EXPECT_EQ(jobs["jobs"].size(), 20U);
   EXPECT_EQ(http_request(address, "GET", "/api/job?id=999999999").status, 404);
+  EXPECT_EQ(http_request(address, "POST", "/api/action", {{"Content-Type", "application/json"}},
+                         R"({"action":"pause","queue":"a"})")
+                .status,
+            403);
+
+  // Every answer is counted by kind and status.
+  const auto page = scrape(n.node().metrics_address());
+  EXPECT_EQ(sample(page, "baton_console_requests_total{code=\"200\",kind=\"action\"}"), 6) << page;
+  EXPECT_EQ(sample(page, "baton_console_requests_total{code=\"403\",kind=\"action\"}"), 1);
+  EXPECT_EQ(sample(page, "baton_console_requests_total{code=\"404\",kind=\"read\"}"), 1);
+  EXPECT_GE(sample(page, "baton_console_requests_total{code=\"200\",kind=\"page\"}"), 16);
+  EXPECT_GE(sample(page, "baton_console_requests_total{code=\"200\",kind=\"read\"}"), 300);
 }
 
 }  // namespace
