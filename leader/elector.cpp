@@ -29,6 +29,9 @@ constexpr const char* kTryLockSql = "SELECT pg_try_advisory_lock(" BATON_LOCK_KE
 // How often a follower looks for a stale holder or a stranger (heavier queries than the try).
 constexpr auto kLookAround = std::chrono::milliseconds(100);
 
+// Epochs come from one sequence (sql/0012_shards.sql), so they never repeat across the rows of a
+// deployment's shards; a row whose epoch is ahead of the sequence (written by hand, or restored)
+// still gets a larger one, and the sequence moves past it.
 // Returns the new epoch and the previous holder (NULL on the very first grant). Nothing when
 // this backend does not hold the advisory lock: the statement ran on another server session than
 // the lock (a transaction pooler), and granting would make two leaders. The grant's row in the
@@ -43,12 +46,14 @@ mine AS (
 granted AS (
   INSERT INTO locks AS l (lock_key, region, client_id, created_date, epoch, renewed_at,
                           expires_at, holder_pid, holder_host)
-  SELECT $1, $2, $3, now(), 1, clock_timestamp(),
+  SELECT $1, $2, $3, now(),
+         setval('epochs', greatest(nextval('epochs'), (SELECT max(epoch) + 1 FROM previous))),
+         clock_timestamp(),
          clock_timestamp() + $4::bigint * interval '1 millisecond', pg_backend_pid(), $5
    WHERE EXISTS (SELECT 1 FROM mine)
   ON CONFLICT (lock_key, region) DO UPDATE
      SET client_id = excluded.client_id, created_date = excluded.created_date,
-         epoch = l.epoch + 1, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+         epoch = excluded.epoch, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
          holder_pid = excluded.holder_pid, holder_host = excluded.holder_host
   RETURNING epoch),
 logged AS (
@@ -68,12 +73,14 @@ SELECT g.epoch, p.client_id, extract(epoch FROM clock_timestamp() - p.renewed_at
 
 // A deposed leader that froze may have transactions open (a transactional handler between its
 // writes and its commit). Ending them releases their row locks so that the rescue can proceed;
-// their commits would be fenced anyway.
+// their commits would be fenced anyway. Not while that node still holds a lease (on another
+// shard): its transactions may be that shard's.
 constexpr const char* kEndDeposedSql = R"sql(
 SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))
   FROM pg_catalog.pg_stat_activity
  WHERE application_name = $1 AND datname = current_database()
    AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()
+   AND NOT EXISTS (SELECT 1 FROM locks WHERE client_id = $2 AND expires_at > clock_timestamp())
 )sql";
 
 // Only from the session that holds the lock (holder_pid): a renewal that a transaction pooler
@@ -141,13 +148,13 @@ SELECT p.pid, coalesce(a.usename::text, '?'), coalesce(a.application_name, ''),
 
 constexpr const char* kNodeRowSql = R"sql(
 INSERT INTO nodes AS n (node_id, host, pid, version, role, epoch, metrics_addr, lock_group,
-                        handles)
-VALUES ($1, $2, $3, $4, $5, nullif($6, 0), nullif($7, ''), $8, $9::text[])
+                        handles, shards, shards_led)
+VALUES ($1, $2, $3, $4, $5, nullif($6, 0), nullif($7, ''), $8, $9::text[], $10, $11::int[])
 ON CONFLICT (node_id) DO UPDATE
    SET host = excluded.host, pid = excluded.pid, version = excluded.version,
        last_seen = now(), role = excluded.role, epoch = coalesce(excluded.epoch, n.epoch),
        metrics_addr = excluded.metrics_addr, lock_group = excluded.lock_group,
-       handles = excluded.handles,
+       handles = excluded.handles, shards = excluded.shards, shards_led = excluded.shards_led,
        started_at = CASE WHEN n.pid = excluded.pid THEN n.started_at ELSE now() END
 )sql";
 
@@ -232,9 +239,10 @@ bool Elector::revoke(std::int64_t epoch, RevokeReason reason) {
   // Reported before anything else: from this instant this node says it does not lead.
   if (observer_ != nullptr) observer_->revoked(epoch, to_string(reason));
   if (reason == RevokeReason::shutting_down || reason == RevokeReason::stepped_down) {
-    spdlog::info("leadership released: epoch={} reason={}", epoch, to_string(reason));
+    spdlog::info("leadership released: {}epoch={} reason={}", config_.label, epoch,
+                 to_string(reason));
   } else {
-    spdlog::warn("leadership LOST: epoch={} reason={}", epoch, to_string(reason));
+    spdlog::warn("leadership LOST: {}epoch={} reason={}", config_.label, epoch, to_string(reason));
   }
   post({Event::revoked, epoch, reason});
   // Whatever the heartbeat is waiting for on the network is of no use any more.
@@ -363,7 +371,7 @@ void Elector::heartbeat_loop() {
       }
     }
   }
-  if (conn) {
+  if (conn && config_.writes_node_row) {
     try {
       receiver.reset();
       auto armed = detail::CallWatch::instance().arm(*conn, config_.lease, detail::owner_of(this));
@@ -393,8 +401,9 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
   }
   if (held_epoch == 0) {
     yield_requested_.store(false);
-    if (Clock::now() < hold_off_until_) {
+    if (Clock::now() < hold_off_until_ || (config_.may_stand && !config_.may_stand())) {
       touch_node_row(conn, false);
+      keep_alive(conn);
       wait(conn.sock(), config_.retry_interval);
       handle_notifications(conn, held_epoch);
       return;
@@ -415,6 +424,19 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
   touch_node_row(conn, false);
   wait(conn.sock(), config_.renew_interval);
   handle_notifications(conn, held_epoch);
+}
+
+void Elector::keep_alive(pqxx::connection& conn) {
+  // The server ends an election session silent for the ttl (idle_session_timeout): one that
+  // stands aside (its node leads its share already) says something every renew interval.
+  const auto last =
+      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(last_answer_ns_.load()));
+  if (Clock::now() - last < config_.renew_interval) return;
+  auto armed =
+      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
+  pqxx::nontransaction tx(conn);
+  tx.exec("SELECT 1");
+  answered();
 }
 
 void Elector::handle_notifications(pqxx::connection& conn, std::int64_t held_epoch) {
@@ -478,7 +500,7 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
     std::lock_guard lock(mutex_);  // the watchdog picks up the new deadline
   }
   cv_.notify_all();
-  spdlog::info("leadership GRANTED: epoch={}", epoch);
+  spdlog::info("leadership GRANTED: {}epoch={}", config_.label, epoch);
   if (observer_ != nullptr) {
     const bool takeover = !previous.empty() && previous != config_.node_id && !row[2].is_null();
     observer_->granted(epoch, takeover ? row[2].as<double>() : -1.0);
@@ -574,8 +596,9 @@ void Elector::maybe_evict(pqxx::connection& conn) {
 void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string& previous) {
   auto armed = detail::CallWatch::instance().arm(conn, config_.lease, detail::owner_of(this));
   pqxx::nontransaction tx(conn);
-  const auto ended = tx.exec_params(kEndDeposedSql, detail::node_application_name(
-                                                        previous, config_.connect.schema))[0][0]
+  const auto ended = tx.exec_params(kEndDeposedSql,
+                                    detail::node_application_name(previous, config_.connect.schema),
+                                    previous)[0][0]
                          .as<std::int64_t>();
   if (ended > 0) {
     spdlog::warn(
@@ -619,16 +642,27 @@ void Elector::release(pqxx::connection& conn, std::int64_t epoch, RevokeReason r
 }
 
 void Elector::touch_node_row(pqxx::connection& conn, bool force) {
+  if (!config_.writes_node_row) return;
   const auto now = Clock::now();
   if (!force && now - last_node_touch_ < std::chrono::seconds(1)) return;
   last_node_touch_ = now;
   const auto e = lease_.epoch();
+  NodeRowState state{e != 0 ? "leader" : "follower", e,
+                     e != 0 ? std::vector<int>{0} : std::vector<int>{}};
+  if (config_.node_state) state = config_.node_state();
+  std::string led = "{";
+  for (std::size_t i = 0; i < state.shards_led.size(); ++i) {
+    if (i > 0) led += ',';
+    led += std::to_string(state.shards_led[i]);
+  }
+  led += '}';
   auto armed =
       detail::CallWatch::instance().arm(conn, statement_deadline(e), detail::owner_of(this));
   pqxx::nontransaction tx(conn);
   tx.exec_params(kNodeRowSql, config_.node_id, config_.host, static_cast<int>(getpid()),
-                 config_.version, e != 0 ? "leader" : "follower", e, config_.metrics_addr, group(),
-                 handles_);
+                 config_.version, state.role, state.epoch, config_.metrics_addr,
+                 config_.node_group.empty() ? group() : config_.node_group, handles_,
+                 config_.shards, led);
 }
 
 #undef BATON_LOCK_KEY

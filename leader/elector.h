@@ -36,6 +36,13 @@
 
 namespace baton::leader {
 
+// What the nodes row says of this node (see ElectorConfig::node_state).
+struct NodeRowState {
+  std::string role;  // leader (of some shard) or follower
+  std::int64_t epoch = 0;
+  std::vector<int> shards_led;
+};
+
 struct ElectorConfig {
   detail::ConnectOptions connect;  // application_name must be "<node id>@<schema>"
   std::string node_id;
@@ -49,6 +56,17 @@ struct ElectorConfig {
   Millis lease{395};  // the leader's own lease, shorter (NodeConfig::local_lease())
   Millis renew_interval{100};
   Millis retry_interval{100};
+  // Shards (docs/concepts.md): a node runs one elector per shard, each with its own lock_key.
+  // Only one of them writes the node's row, with what node_state() says (unset: this elector's
+  // own leadership) and the group node_group names (empty: this elector's).
+  int shards = 1;
+  bool writes_node_row = true;
+  std::function<NodeRowState()> node_state{};
+  std::string node_group{};
+  // Asked before every attempt to lead: false keeps this elector from standing (the node leads
+  // its fair share already). Unset: always stands.
+  std::function<bool()> may_stand{};
+  std::string label{};  // in log lines, before the epoch: "shard=3 "
 };
 
 // What the elector tells the node: leadership events, and the step-down requests the leader
@@ -99,6 +117,7 @@ class Elector {
   void renew(pqxx::connection& conn, std::int64_t& held_epoch);
   void release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason);
   void touch_node_row(pqxx::connection& conn, bool force);
+  void keep_alive(pqxx::connection& conn);
   void end_deposed_transactions(pqxx::connection& conn, const std::string& previous);
   void handle_notifications(pqxx::connection& conn, std::int64_t held_epoch);
   // Reads the step-down requests addressed to this leader (control_requests).

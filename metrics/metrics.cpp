@@ -2,7 +2,9 @@
 // never job ids.
 #include "metrics/metrics.h"
 
+#include <array>
 #include <chrono>
+#include <map>
 #include <stdexcept>
 
 #include "baton/detail/enqueue_counts.h"
@@ -29,8 +31,9 @@ const prometheus::Histogram::BucketBoundaries& time_buckets() {
 // Clients of this process enqueued.
 class Metrics::Live final : public prometheus::Collectable {
  public:
-  void lease_renewed() { renewed_ns_.store(now_ns()); }
-  void lease_lost() { renewed_ns_.store(0); }
+  void lease_renewed(int shard) { renewed_ns_.at(static_cast<std::size_t>(shard)).store(now_ns()); }
+  void lease_lost(int shard) { renewed_ns_.at(static_cast<std::size_t>(shard)).store(0); }
+  void set_shards(int shards) { shards_.store(shards); }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<prometheus::MetricFamily> out;
@@ -39,10 +42,14 @@ class Metrics::Live final : public prometheus::Collectable {
                                  "followers). Above the ttl, the lease is lost.",
                                  prometheus::MetricType::Gauge,
                                  {}};
-    if (const auto at = renewed_ns_.load(); at != 0) {
-      prometheus::ClientMetric m;
-      m.gauge.value = static_cast<double>(now_ns() - at) / 1e9;
-      age.metric.push_back(m);
+    const int shards = shards_.load();
+    for (int k = 0; k < shards; ++k) {
+      if (const auto at = renewed_ns_[static_cast<std::size_t>(k)].load(); at != 0) {
+        prometheus::ClientMetric m;
+        if (shards > 1) m.label = {{"shard", std::to_string(k)}};
+        m.gauge.value = static_cast<double>(now_ns() - at) / 1e9;
+        age.metric.push_back(m);
+      }
     }
     out.push_back(std::move(age));
     prometheus::MetricFamily enq{"baton_jobs_enqueued_total",
@@ -65,10 +72,33 @@ class Metrics::Live final : public prometheus::Collectable {
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  std::atomic<std::int64_t> renewed_ns_{0};
+  std::array<std::atomic<std::int64_t>, kMaxShards> renewed_ns_{};  // by shard; 0: not leading
+  std::atomic<int> shards_{1};
 };
 
-Metrics::Metrics(const std::string& node_id, std::string deployment)
+// One shard's leadership, as its elector reports it (a deployment with shards).
+class Metrics::ShardObserver final : public detail::LeaderObserver {
+ public:
+  ShardObserver(Metrics& m, int shard) : m_(m), shard_(shard) {}
+  void database_error(std::string_view component) override { m_.database_error(component); }
+  void authentication_failed() override { m_.authentication_failed(); }
+  void granted(std::int64_t epoch, double failover_seconds) override {
+    m_.shard_granted(shard_, epoch, failover_seconds);
+  }
+  void revoked(std::int64_t epoch, std::string_view reason) override {
+    m_.shard_revoked(shard_, epoch, reason);
+  }
+  void renewed() override { m_.live_->lease_renewed(shard_); }
+  void renewal_failed() override { m_.renewal_failed(); }
+  void evicted_holder() override { m_.evicted_holder(); }
+  void stranger_holds_lock(bool holds) override { m_.stranger_holds_lock(holds); }
+
+ private:
+  Metrics& m_;
+  const int shard_;
+};
+
+Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
     : deployment_(std::move(deployment)),
       registry_(std::make_shared<prometheus::Registry>()),
       process_(std::make_shared<ProcessCollector>()),
@@ -126,16 +156,21 @@ Metrics::Metrics(const std::string& node_id, std::string deployment)
                             .Help("Requests the console answered, by kind (page, read, action) "
                                   "and HTTP status.")
                             .Register(*registry_)),
-      leader_(BuildGauge()
-                  .Name("baton_leader")
-                  .Help("1 while this node is the leader, else 0.")
-                  .Register(*registry_)
-                  .Add({})),
-      epoch_(BuildGauge()
-                 .Name("baton_leader_epoch")
-                 .Help("Fencing epoch of this node's current or last leadership.")
-                 .Register(*registry_)
-                 .Add({})),
+      leader_family_(BuildGauge()
+                         .Name("baton_leader")
+                         .Help("1 while this node is the leader, else 0 (with shards: of each "
+                               "shard, by shard).")
+                         .Register(*registry_)),
+      epoch_family_(BuildGauge()
+                        .Name("baton_leader_epoch")
+                        .Help("Fencing epoch of this node's current or last leadership (with "
+                              "shards: by shard).")
+                        .Register(*registry_)),
+      shards_led_(BuildGauge()
+                      .Name("baton_shards_led")
+                      .Help("Shards this node leads now (1 or 0 without shards).")
+                      .Register(*registry_)
+                      .Add({})),
       last_failover_(BuildGauge()
                          .Name("baton_last_failover_seconds")
                          .Help("Time from the previous leader's last renewal to this node's "
@@ -237,6 +272,7 @@ Metrics::Metrics(const std::string& node_id, std::string deployment)
       .Register(*registry_)
       .Add({{"node", node_id}})
       .Set(1);
+  set_shards(shards);
 }
 
 Metrics::~Metrics() {
@@ -397,22 +433,52 @@ void Metrics::pool_busy(int busy, int threads, int concurrency) {
   pool_concurrency_.Set(concurrency);
 }
 
-void Metrics::granted(std::int64_t epoch, double failover_seconds) {
-  leader_.Set(1);
-  live_->lease_renewed();
+void Metrics::set_shards(int shards) {
+  if (shards < 1 || shards > kMaxShards) throw std::logic_error("Metrics: shards out of range");
+  std::lock_guard lock(mutex_);
+  if (!leaders_.empty()) throw std::logic_error("Metrics: set_shards() once, before the electors");
+  for (int k = 0; k < shards; ++k) {
+    const std::map<std::string, std::string> labels =
+        shards == 1 ? std::map<std::string, std::string>{}
+                    : std::map<std::string, std::string>{{"shard", std::to_string(k)}};
+    leaders_.push_back(&leader_family_.Add(labels));
+    epochs_.push_back(&epoch_family_.Add(labels));
+    shard_observers_.push_back(std::make_unique<ShardObserver>(*this, k));
+  }
+  live_->set_shards(shards);
+}
+
+detail::LeaderObserver* Metrics::shard_observer(int shard) {
+  if (leaders_.size() <= 1) return this;
+  return shard_observers_.at(static_cast<std::size_t>(shard)).get();
+}
+
+void Metrics::shard_granted(int shard, std::int64_t epoch, double failover_seconds) {
+  leaders_.at(static_cast<std::size_t>(shard))->Set(1);
+  shards_led_.Increment();
+  live_->lease_renewed(shard);
   if (failover_seconds >= 0) last_failover_.Set(failover_seconds);
-  epoch_.Set(static_cast<double>(epoch));
+  epochs_.at(static_cast<std::size_t>(shard))->Set(static_cast<double>(epoch));
   leadership_changes_.Add({{"event", "granted"}, {"reason", "elected"}}).Increment();
 }
 
-void Metrics::revoked(std::int64_t, std::string_view reason) {
-  leader_.Set(0);
-  live_->lease_lost();
+void Metrics::shard_revoked(int shard, std::int64_t, std::string_view reason) {
+  leaders_.at(static_cast<std::size_t>(shard))->Set(0);
+  shards_led_.Decrement();
+  live_->lease_lost(shard);
   leadership_changes_.Add({{"event", "revoked"}, {"reason", std::string(reason)}}).Increment();
 }
 
+void Metrics::granted(std::int64_t epoch, double failover_seconds) {
+  shard_granted(0, epoch, failover_seconds);
+}
+
+void Metrics::revoked(std::int64_t epoch, std::string_view reason) {
+  shard_revoked(0, epoch, reason);
+}
+
 void Metrics::renewed() {
-  live_->lease_renewed();
+  live_->lease_renewed(0);
 }
 
 void Metrics::renewal_failed() {

@@ -28,8 +28,9 @@ class Metrics final : public detail::JobObserver,
                       public detail::QueueObserver,
                       public detail::ScheduleObserver {
  public:
-  // `deployment` labels every sample (NodeConfig::deployment()).
-  Metrics(const std::string& node_id, std::string deployment);
+  // `deployment` labels every sample (NodeConfig::deployment()); `shards` is the deployment's
+  // shard count (see set_shards()).
+  Metrics(const std::string& node_id, std::string deployment, int shards = 1);
   ~Metrics() override;
 
   // Serves /metrics, /healthz and /readyz on host:port (port 0 picks one). Throws
@@ -64,7 +65,13 @@ class Metrics final : public detail::JobObserver,
   // ScheduleObserver
   void tick_enqueued(std::string_view schedule, double lag_seconds) override;
 
-  // LeaderObserver
+  // Shards (docs/concepts.md): with one, baton_leader and baton_leader_epoch have no shard label
+  // and the elector reports to this object. With more, every shard's elector reports through
+  // shard_observer(k), and both carry shard="k".
+  static constexpr int kMaxShards = 64;
+  detail::LeaderObserver* shard_observer(int shard);
+
+  // LeaderObserver (shard 0's, or the one leadership without shards)
   void granted(std::int64_t epoch, double failover_seconds) override;
   void revoked(std::int64_t epoch, std::string_view reason) override;
   void renewed() override;
@@ -85,6 +92,10 @@ class Metrics final : public detail::JobObserver,
   };
   JobSeries& series(std::string_view queue, std::string_view type);
   class Live;  // values computed at scrape time
+  class ShardObserver;
+  void set_shards(int shards);  // from the constructor
+  void shard_granted(int shard, std::int64_t epoch, double failover_seconds);
+  void shard_revoked(int shard, std::int64_t epoch, std::string_view reason);
 
   const std::string deployment_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -104,8 +115,13 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Counter>& db_errors_;
   prometheus::Counter& auth_failures_;
   prometheus::Family<prometheus::Counter>& console_requests_;
-  prometheus::Gauge& leader_;
-  prometheus::Gauge& epoch_;
+  prometheus::Family<prometheus::Gauge>& leader_family_;
+  prometheus::Family<prometheus::Gauge>& epoch_family_;
+  prometheus::Gauge& shards_led_;
+  // By shard, from set_shards() (guarded by mutex_ while it runs; read-only after).
+  std::vector<prometheus::Gauge*> leaders_;
+  std::vector<prometheus::Gauge*> epochs_;
+  std::vector<std::unique_ptr<ShardObserver>> shard_observers_;
   prometheus::Gauge& last_failover_;
   prometheus::Family<prometheus::Counter>& fenced_;
   prometheus::Counter& released_;

@@ -65,6 +65,7 @@ void Completer::add(detail::Completion done) {
   {
     std::lock_guard lock(mutex_);
     done_.push_back(std::move(done));
+    ++added_;
     if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
   cv_.notify_one();
@@ -74,6 +75,7 @@ void Completer::add(detail::Failure failed) {
   {
     std::lock_guard lock(mutex_);
     failed_.push_back(std::move(failed));
+    ++added_;
     if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
   cv_.notify_one();
@@ -83,6 +85,7 @@ void Completer::add(detail::Release released) {
   {
     std::lock_guard lock(mutex_);
     released_.push_back(released);
+    ++added_;
     if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
   cv_.notify_one();
@@ -91,6 +94,12 @@ void Completer::add(detail::Release released) {
 std::size_t Completer::pending() const {
   std::lock_guard lock(mutex_);
   return queued() + in_flight_;
+}
+
+bool Completer::wait_settled(Millis timeout) {
+  std::unique_lock lock(mutex_);
+  const auto target = added_;
+  return flushed_cv_.wait_for(lock, timeout, [&] { return settled_ >= target; });
 }
 
 bool Completer::wait_flushed(Millis timeout) {
@@ -110,6 +119,7 @@ void Completer::loop() {
       return stopping_ || queued() > 0 || !done.empty() || !failed.empty() || !released.empty();
     });
     // Take everything queued; what failed to write last time is still in done/failed/released.
+    taken_ += queued();
     if (done.empty()) {
       done.swap(done_);
     } else {
@@ -124,6 +134,7 @@ void Completer::loop() {
     released_.clear();
     in_flight_ = done.size() + failed.size() + released.size();
     if (in_flight_ == 0) {
+      settled_ = taken_;
       flushed_cv_.notify_all();
       if (stopping_) {
         exited_ = true;
@@ -152,6 +163,7 @@ void Completer::loop() {
     lock.lock();
     if (ok) {
       in_flight_ = 0;
+      settled_ = taken_;
       if (observer_ != nullptr) observer_->completer_pending(queued());
       flushed_cv_.notify_all();
       continue;
@@ -162,6 +174,7 @@ void Completer::loop() {
           "until the next leader rescues them",
           in_flight_);
       in_flight_ = 0;
+      settled_ = taken_;
       exited_ = true;
       flushed_cv_.notify_all();
       return;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -41,6 +42,8 @@ class Completer {
   std::size_t pending() const;
   // Blocks until every outcome added so far is written (or fenced), or the timeout passes.
   bool wait_flushed(Millis timeout);
+  // The same for the outcomes added before this call only (others may keep arriving: shards).
+  bool wait_settled(Millis timeout);
 
  private:
   void loop();
@@ -67,6 +70,9 @@ class Completer {
   std::vector<detail::Failure> failed_;
   std::vector<detail::Release> released_;
   std::size_t in_flight_ = 0;  // taken out of the queues, not yet written
+  std::uint64_t added_ = 0;    // outcomes ever added
+  std::uint64_t taken_ = 0;    // of them, taken out of the queues
+  std::uint64_t settled_ = 0;  // of them, written, fenced or given up (all taken, in order)
   bool stopping_ = false;
   bool exited_ = false;  // the thread left its loop
   std::chrono::steady_clock::time_point stop_deadline_{};

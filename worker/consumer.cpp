@@ -1,4 +1,4 @@
-// Consumer: wires poller, executor and completer and follows leadership events.
+// Consumer: wires the pollers, executor and completer and follows leadership events.
 #include "worker/consumer.h"
 
 #include <spdlog/spdlog.h>
@@ -6,32 +6,60 @@
 namespace baton::worker {
 namespace {
 
-PollerConfig with_types(PollerConfig config, const detail::HandlerRegistry& handlers) {
+PollerConfig shard_poller(PollerConfig config, const detail::HandlerRegistry& handlers, int shard,
+                          int shards) {
   config.types = handlers.types();
+  config.lock = shard_lock(config.lock, shard);
+  config.shard = shard;
+  config.cluster_limits = shards > 1;
   return config;
 }
 
 }  // namespace
 
+detail::LockName shard_lock(const detail::LockName& base, int shard) {
+  if (shard == 0) return base;
+  return {base.lock_key + ":" + std::to_string(shard), base.region};
+}
+
 Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handlers,
                    detail::JobObserver* observer, detail::QueueObserver* queue_observer,
-                   detail::ScheduleObserver* schedule_observer, const detail::Lease& lease)
-    : lease_(lease),
+                   detail::ScheduleObserver* schedule_observer,
+                   std::vector<const detail::Lease*> leases)
+    : leases_(std::move(leases)),
       completer_(config.poller.connect, observer),
       executor_(
-          config.executor, handlers, completer_, observer, [this] { poller_.wake(); },
-          [&lease](std::int64_t epoch) { return lease.valid(epoch); }),
-      poller_(with_types(config.poller, handlers), executor_, observer, lease),
-      rescuer_(make_rescuer(config.poller.connect, config.rescuer, config.poller.lock,
-                            config.poller.node_id,
-                            {[this] { return executor_.running_ids(); },
-                             [this](std::int64_t id) { executor_.cancel_job(id); }})),
+          config.executor, handlers, completer_, observer,
+          [this] {
+            for (auto& lane : lanes_)
+              lane.poller->wake();
+          },
+          [this](std::int64_t epoch) { return any_lease_valid(epoch); }),
       pruner_(make_pruner(config.poller.connect, config.pruner)),
       depth_sampler_(make_depth_sampler(
           config.poller.connect, {config.depth_interval, config.poller.queues, handlers.types()},
           queue_observer)),
       queue_observer_(queue_observer) {
-  for (auto* service : {rescuer_.get(), pruner_.get(), depth_sampler_.get()}) {
+  if (static_cast<int>(leases_.size()) != config.shards || config.shards < 1) {
+    throw std::logic_error("Consumer: one lease per shard");
+  }
+  lanes_.resize(static_cast<std::size_t>(config.shards));
+  for (int k = 0; k < config.shards; ++k) {
+    auto& lane = lanes_[static_cast<std::size_t>(k)];
+    lane.poller =
+        std::make_unique<Poller>(shard_poller(config.poller, handlers, k, config.shards), executor_,
+                                 observer, *leases_[static_cast<std::size_t>(k)]);
+    auto rescue = config.rescuer;
+    // Shard 0 also moves waiting jobs whose shard no longer exists.
+    rescue.move_strays_shards = k == 0 ? config.shards : 0;
+    rescue.node_group = config.poller.lock.group();
+    lane.rescuer = make_rescuer(config.poller.connect, rescue, shard_lock(config.poller.lock, k),
+                                config.poller.node_id,
+                                {[this] { return executor_.running_ids(); },
+                                 [this](std::int64_t id) { executor_.cancel_job(id); }});
+    lane.rescuer->set_error_observer(observer);
+  }
+  for (auto* service : {pruner_.get(), depth_sampler_.get()}) {
     service->set_error_observer(observer);
   }
   // At most ~5 % of a database core on counting, however large the queue grows.
@@ -45,70 +73,123 @@ Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handler
 
 Consumer::~Consumer() {
   shutdown(Millis(0));
-  // Handlers still running would wake the poller when they finish; it is destroyed first.
+  // Handlers still running would wake the pollers when they finish; they are destroyed first.
   executor_.detach_slot_free();
+}
+
+bool Consumer::any_lease_valid(std::int64_t epoch) const {
+  for (const auto* lease : leases_) {
+    if (lease->valid(epoch)) return true;
+  }
+  return false;
 }
 
 void Consumer::start() {
   completer_.start();
 }
 
-void Consumer::granted(std::int64_t epoch) {
+void Consumer::granted(int shard, std::int64_t epoch) {
   std::lock_guard lock(mutex_);
+  auto& lane = lanes_.at(static_cast<std::size_t>(shard));
+  lane.epoch = epoch;
   // Runs of an earlier epoch of this node stay cancelled: the rescue leaves them alone (they
   // still run here), and their outcomes are fenced.
   executor_.accept(epoch);
-  rescuer_->start(epoch);
-  poller_.start(epoch);
-  pruner_->start(epoch);
-  depth_sampler_->start(epoch);
-  if (periodic_enqueuer_) periodic_enqueuer_->start(epoch);
-  spdlog::info("consuming: epoch={}", epoch);
+  lane.rescuer->start(epoch);
+  lane.poller->start(epoch);
+  if (shard == 0) {
+    pruner_->start(epoch);
+    depth_sampler_->start(epoch);
+    if (periodic_enqueuer_) periodic_enqueuer_->start(epoch);
+  }
+  if (lanes_.size() > 1) {
+    spdlog::info("consuming: shard={} epoch={}", shard, epoch);
+  } else {
+    spdlog::info("consuming: epoch={}", epoch);
+  }
 }
 
-void Consumer::stop_leader_work(std::int64_t epoch) {
-  executor_.stop_accepting();
-  executor_.end_epoch(epoch);  // running handlers see cancelled(); their database calls are cut
-  poller_.stop();
-  rescuer_->stop();
-  pruner_->stop();
-  depth_sampler_->stop();
-  if (periodic_enqueuer_) periodic_enqueuer_->stop();
+void Consumer::stop_lane(Lane& lane, std::int64_t epoch) {
+  executor_.stop_accepting(epoch);
+  // Running handlers see cancelled(); their database calls are cut.
+  executor_.end_epoch(epoch);
+  lane.poller->stop();
+  lane.rescuer->stop();
+  if (&lane == &lanes_[0]) {
+    pruner_->stop();
+    depth_sampler_->stop();
+    if (periodic_enqueuer_) periodic_enqueuer_->stop();
+  }
 }
 
-void Consumer::revoked(std::int64_t epoch) {
+void Consumer::revoked(int shard, std::int64_t epoch) {
   std::lock_guard lock(mutex_);
-  stop_leader_work(epoch);
-  completer_.cut_in_flight();  // a write stuck on a dead connection is retried on a new one
-  if (queue_observer_ != nullptr) queue_observer_->queue_depths_cleared();
-  spdlog::info("stopped consuming: epoch={}", epoch);
+  auto& lane = lanes_.at(static_cast<std::size_t>(shard));
+  stop_lane(lane, epoch);
+  if (lane.epoch == epoch) lane.epoch = 0;
+  // A write stuck on a dead connection is retried on a new one.
+  completer_.cut_in_flight();
+  if (shard == 0 && queue_observer_ != nullptr) queue_observer_->queue_depths_cleared();
+  if (lanes_.size() > 1) {
+    spdlog::info("stopped consuming: shard={} epoch={}", shard, epoch);
+  } else {
+    spdlog::info("stopped consuming: epoch={}", epoch);
+  }
 }
 
 bool Consumer::drain(Millis grace) {
   std::lock_guard lock(mutex_);
   const auto deadline = std::chrono::steady_clock::now() + grace;
-  const auto epoch = lease_.epoch();
-  poller_.stop();
+  std::vector<std::int64_t> epochs;
+  for (auto& lane : lanes_) {
+    lane.poller->stop();
+    if (lane.epoch != 0) epochs.push_back(lane.epoch);
+  }
   // Claimed jobs that have not started go back to the queue now rather than delay the handover.
   executor_.stop_accepting();
   const bool idle = executor_.wait_idle(grace);
   if (!idle) spdlog::warn("shutdown grace ran out with handlers still running; abandoning them");
-  // The outcomes are worth waiting for while this node leads; once its lease has ended, the
-  // next leader owns the jobs (and a network that stopped answering would hold us to the end).
+  // The outcomes are worth waiting for while this node leads; once its leases have ended, the
+  // next leaders own the jobs (and a network that stopped answering would hold us to the end).
   bool flushed = false;
   while (!(flushed = completer_.wait_flushed(Millis(20)))) {
     if (std::chrono::steady_clock::now() >= deadline) break;
-    if (epoch == 0 || !lease_.valid(epoch)) break;
+    bool leading = false;
+    for (const auto e : epochs)
+      leading = leading || any_lease_valid(e);
+    if (!leading) break;
   }
   return idle && flushed;
 }
 
+bool Consumer::drain_shard(int shard, Millis grace) {
+  std::lock_guard lock(mutex_);
+  auto& lane = lanes_.at(static_cast<std::size_t>(shard));
+  const auto epoch = lane.epoch;
+  if (epoch == 0) return true;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  lane.poller->stop();
+  executor_.stop_accepting(epoch);
+  const bool idle = executor_.wait_epoch_idle(epoch, grace);
+  if (!idle) {
+    spdlog::warn("shard {}: hand-over grace ran out with its handlers still running", shard);
+  }
+  bool settled = false;
+  while (!(settled = completer_.wait_settled(Millis(20)))) {
+    if (std::chrono::steady_clock::now() >= deadline || !any_lease_valid(epoch)) break;
+  }
+  return idle && settled;
+}
+
 bool Consumer::shutdown(Millis flush_deadline) {
   std::lock_guard lock(mutex_);
-  stop_leader_work(0);
+  for (auto& lane : lanes_)
+    stop_lane(lane, 0);
   completer_.stop(flush_deadline);
-  poller_.join();
-  rescuer_->join();
+  for (auto& lane : lanes_) {
+    lane.poller->join();
+    lane.rescuer->join();
+  }
   pruner_->join();
   depth_sampler_->join();
   if (periodic_enqueuer_) periodic_enqueuer_->join();

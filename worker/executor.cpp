@@ -155,11 +155,15 @@ std::shared_ptr<Executor::EpochRuns> Executor::epoch_runs(std::int64_t epoch) {
 }
 
 void Executor::accept(std::int64_t epoch) {
-  {
-    std::lock_guard lock(runs_mutex_);
-    epoch_runs(epoch);
+  std::lock_guard lock(runs_mutex_);
+  epoch_runs(epoch)->accepted.store(true);
+}
+
+void Executor::stop_accepting(std::int64_t epoch) {
+  std::lock_guard lock(runs_mutex_);
+  for (const auto& e : epochs_) {
+    if (epoch == 0 || e->epoch == epoch) e->accepted.store(false);
   }
-  accepting_.store(epoch);
 }
 
 void Executor::end_epoch(std::int64_t epoch) {
@@ -217,7 +221,7 @@ void Executor::start(const std::shared_ptr<Run>& run) {
   // The lease is checked at this instant: after a pause (SIGSTOP, a suspended VM) the steady
   // clock says whether the claim's epoch is still ours, whatever the revoke event has reached.
   auto may_start = [&] {
-    return epoch == accepting_.load() && !run->epoch->ended.load() &&
+    return run->epoch->accepted.load() && !run->epoch->ended.load() &&
            (!lease_valid_ || lease_valid_(epoch));
   };
   // A job that may not start is released at once, without waiting for a place; one that waited
@@ -270,6 +274,22 @@ void Executor::start(const std::shared_ptr<Run>& run) {
   if (waiting_.load() > refill_mark_.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(slot_free_mutex_);
   if (on_slot_free_) on_slot_free_();
+}
+
+bool Executor::wait_epoch_idle(std::int64_t epoch, Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto idle = [&] {
+    std::lock_guard lock(runs_mutex_);
+    return std::none_of(runs_.begin(), runs_.end(),
+                        [&](const auto& r) { return r.second->epoch->epoch == epoch; });
+  };
+  // Checked every few milliseconds (a drain is rare; the runs' ends stay free of it).
+  while (!idle()) {
+    if (Clock::now() >= deadline) return false;
+    std::unique_lock lock(idle_mutex_);
+    idle_cv_.wait_for(lock, Millis(5));
+  }
+  return true;
 }
 
 bool Executor::wait_idle(Millis timeout) {

@@ -71,10 +71,12 @@ class Executor {
   double mean_run_seconds() const { return mean_run_seconds_.load(std::memory_order_relaxed); }
   // A finished job wakes the poller (on_slot_free) only when at most `mark` jobs still wait.
   void set_refill_mark(int mark) { refill_mark_.store(mark, std::memory_order_relaxed); }
-  // Jobs of `epoch` may start (while its lease is valid); jobs of any other epoch are released.
+  // Jobs of `epoch` may start (while its lease is valid); jobs of epochs not accepted are
+  // released. A node that leads several shards accepts each shard's epoch (epochs are unique
+  // across shards).
   void accept(std::int64_t epoch);
-  // No job starts any more (until the next accept); those waiting are released. Runs go on.
-  void stop_accepting() { accepting_.store(0); }
+  // No job of `epoch` (0: of any epoch) starts any more; those waiting are released. Runs go on.
+  void stop_accepting(std::int64_t epoch = 0);
   // The runs of `epoch` see cancelled() from now on (0: the runs of every epoch, for shutdown).
   void end_epoch(std::int64_t epoch);
   // The run of job `id`, if this node runs it, sees cancelled() and cancel_requested().
@@ -87,6 +89,8 @@ class Executor {
   void submit(detail::ClaimedJob job);
   // Waits until no handler runs, or the timeout passes. True when idle.
   bool wait_idle(Millis timeout);
+  // The same for the jobs of one epoch (submitted ones included).
+  bool wait_epoch_idle(std::int64_t epoch, Millis timeout);
   // No more slot-freed callbacks after this returns (the poller they wake is going away).
   void detach_slot_free();
 
@@ -95,6 +99,7 @@ class Executor {
   // transactional handlers, cut when the epoch ends.
   struct EpochRuns {
     std::int64_t epoch = 0;
+    std::atomic<bool> accepted{false};
     std::atomic<bool> ended{false};
     ~EpochRuns();
   };
@@ -136,8 +141,7 @@ class Executor {
   std::condition_variable gate_cv_;
   int running_ = 0;
   std::atomic<int> refill_mark_{0};
-  std::atomic<std::int64_t> accepting_{0};  // the epoch whose jobs may start; 0: none
-  mutable std::mutex runs_mutex_;           // guards queue_busy_, runs_ and epochs_
+  mutable std::mutex runs_mutex_;  // guards queue_busy_, runs_ and epochs_
   std::unordered_map<std::string, int> queue_busy_;
   std::unordered_multimap<std::int64_t, std::shared_ptr<Run>> runs_;
   std::vector<std::shared_ptr<EpochRuns>> epochs_;  // the current and recent epochs

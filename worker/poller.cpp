@@ -65,9 +65,10 @@ Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* obs
       observer_(observer),
       lease_(lease) {
   const std::string channel = detail::jobs_channel(config_.connect.schema);
-  if (config_.queues.empty()) wake_keys_.push_back(channel + "/*");
+  const std::string suffix = config_.shard > 0 ? "#" + std::to_string(config_.shard) : "";
+  if (config_.queues.empty()) wake_keys_.push_back(channel + "/*" + suffix);
   for (const auto& q : config_.queues)
-    wake_keys_.push_back(channel + "/" + q);
+    wake_keys_.push_back(channel + "/" + q + suffix);
 }
 
 Poller::~Poller() {
@@ -128,10 +129,12 @@ Poller::Round Poller::claim_round(Run& run) {
   const auto epoch = run.epoch;
   Round round;
   auto claim = [&](int want, const std::vector<std::string>& queues,
-                   const std::vector<std::string>& except) {
+                   const std::vector<std::string>& except, int cluster_limit = 0) {
     if (want <= 0 || !lease_.valid(epoch)) return;
-    const detail::ClaimFilter filter{queues, except, config_.types,
-                                     std::chrono::steady_clock::now() < run.skip_locked_until};
+    const detail::ClaimFilter filter{
+        queues,        except,
+        config_.types, std::chrono::steady_clock::now() < run.skip_locked_until,
+        config_.shard, cluster_limit};
     // A claim that has not come back by the lease's end is of no use: it is cut then.
     auto armed =
         detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
@@ -159,7 +162,11 @@ Poller::Round Poller::claim_round(Run& run) {
       continue;
     }
     limited.push_back(queue);
-    claim(std::min({room, limit - executor_.busy_in(queue), config_.batch_size}), {queue}, {});
+    if (config_.cluster_limits) {
+      claim(std::min(room, config_.batch_size), {queue}, {}, limit);
+    } else {
+      claim(std::min({room, limit - executor_.busy_in(queue), config_.batch_size}), {queue}, {});
+    }
     room = executor_.free_slots() + buffer;
   }
   std::vector<std::string> rest;

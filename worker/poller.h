@@ -11,6 +11,8 @@
 // only then sleeps; it drops them once a claim finds work. A producer that holds a key shared
 // (it did not notify) keeps the poller from taking it until its transaction ends; meanwhile the
 // poller polls, every 1 ms at first and every 50 ms (or the poll interval, if shorter) at most.
+// With shards, a node runs one poller per shard it leads, each with its own wake keys ("#<shard>"
+// appended for shards above 0), all feeding the node's one executor.
 // Queues with a concurrency limit never have more jobs claimed than their limit; paused queues are
 // skipped by the claim itself, and so are jobs of types this node has no handler for (they wait for
 // a leader that has one). A NOTIFY 'cancel <id>' on the jobs channel is passed to the executor at
@@ -45,6 +47,10 @@ struct PollerConfig {
   std::vector<std::string> queues;          // empty: all
   std::map<std::string, int> queue_limits;  // most jobs of a queue running at once
   std::vector<std::string> types{};         // the job types this node has handlers for
+  int shard = 0;                            // the shard whose jobs it claims (lock: its lock row)
+  // Shards: other leaders claim the same queues, so a queue's limit is kept across the cluster
+  // (detail::ClaimFilter::cluster_limit) instead of by this node's running jobs.
+  bool cluster_limits = false;
   int batch_size = 1000;
   Millis poll_interval{1000};
   // A claim that waits this long for a row another transaction holds gives up, and the claims

@@ -24,6 +24,11 @@ struct RescuerConfig {
   // Transactions of this group's other nodes (deposed leaders) open longer than this are ended,
   // so that their row locks never hold up this leader (0: leave them).
   Millis deposed_after{0};
+  // Shard 0 (of a deployment of this many shards) also moves waiting jobs whose shard no longer
+  // exists to one that does (0: not this rescuer).
+  int move_strays_shards = 0;
+  // The group the nodes rows name (shard 0's); empty: this rescuer's lock group.
+  std::string node_group{};
 };
 
 // What the rescuer asks of the node's executor.

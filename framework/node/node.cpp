@@ -21,6 +21,7 @@
 #include "baton/detail/schedule.h"
 #include "baton/detail/text.h"
 #include "console/console.h"
+#include "leader/balancer.h"
 #include "leader/elector.h"
 #include "metrics/metrics.h"
 #include "signals.h"
@@ -61,13 +62,76 @@ struct Node::Impl {
   std::condition_variable cv;
   bool stop_requested = false;
 
-  // The elector keeps this node's leadership here; the consumer and is_leader() read it.
-  detail::Lease lease;
+  // The electors keep this node's leadership here, one lease per shard (one without shards); the
+  // consumer and is_leader() read them.
+  std::vector<std::unique_ptr<detail::Lease>> leases;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<worker::Consumer> consumer;
-  std::unique_ptr<leader::Elector> elector;
-  // What other threads read: set once the elector exists, cleared before it goes away.
-  std::atomic<leader::Elector*> live_elector{nullptr};
+  std::vector<std::unique_ptr<leader::Elector>> electors;  // by shard
+  std::unique_ptr<leader::Balancer> balancer;              // with shards only
+  // What other threads read: set once the electors exist, cleared before they go away.
+  std::atomic<bool> electors_live{false};
+  std::mutex yield_mutex;  // one hand-over or step-down at a time
+
+  std::vector<const detail::Lease*> lease_views() const {
+    std::vector<const detail::Lease*> out;
+    for (const auto& l : leases)
+      out.push_back(l.get());
+    return out;
+  }
+
+  // Drains this node's jobs of the shards it leads, then releases them all (a step-down).
+  void step_down_all() {
+    std::lock_guard lock(yield_mutex);
+    if (!electors_live.load()) return;
+    // With shards, the others take this node's shards (it counts itself out for a while).
+    if (balancer) balancer->stand_aside(Millis(2000) + 4 * config.lock_ttl);
+    consumer->drain(config.shutdown_grace);
+    for (auto& e : electors)
+      e->yield();
+  }
+
+  // Drains one shard's jobs, then releases it (a hand-over to a node under its share).
+  void hand_over(int shard) {
+    std::lock_guard lock(yield_mutex);
+    if (!electors_live.load()) return;
+    consumer->drain_shard(shard, config.shutdown_grace);
+    electors.at(static_cast<std::size_t>(shard))->yield();
+  }
+
+  // With shards: the database's count must be this node's. A deployment whose nodes are all
+  // stopped takes this node's count (set_shards refuses while a node of another count is live).
+  void check_shard_count(pqxx::connection& conn) {
+    int current = 1;
+    {
+      pqxx::nontransaction tx(conn);
+      current =
+          tx.exec(
+                "SELECT coalesce((SELECT value::int FROM settings WHERE key = 'shards'), 1)")[0][0]
+              .as<int>();
+    }
+    if (current == config.shards) return;
+    try {
+      pqxx::work tx(conn);
+      const auto moved =
+          tx.exec_params("SELECT set_shards($1, $2)", config.shards, config.node_id)[0][0]
+              .as<std::int64_t>();
+      tx.commit();
+      spdlog::warn("the deployment's shard count changed from {} to {} ({} waiting jobs moved)",
+                   current, config.shards, moved);
+    } catch (const pqxx::sql_error& e) {
+      const std::string how =
+          "; start this node with --shards " + std::to_string(current) +
+          ", or change the count: stop every node, then start them all with the new --shards "
+          "(a role that may run set_shards(), such as the schema owner, sets it; or run "
+          "`batonctl shards " +
+          std::to_string(config.shards) + "` as one) (docs/concepts.md, \"Shards\")";
+      throw std::runtime_error("the deployment has " + std::to_string(current) +
+                               " shard(s) and this node was started with --shards " +
+                               std::to_string(config.shards) + ": " +
+                               detail::one_line(detail::scrub(e.what()), 300) + how);
+    }
+  }
   std::atomic<bool> metrics_ready{false};
   std::atomic<bool> schema_ready{false};
   std::string metrics_address;  // written before metrics_ready
@@ -115,6 +179,7 @@ struct Node::Impl {
         }
         detail::require_current_schema(*conn, config.schema);
         detail::require_privileges(*conn, config.schema);
+        check_shard_count(*conn);
         if (!last_problem.empty()) spdlog::info("database ready: {}", config.schema);
         return true;
       } catch (const ConfigError&) {
@@ -181,7 +246,9 @@ void Node::handle_tx(const std::string& type, TxHandler handler, const HandlerOp
 }
 
 void Node::yield() {
-  if (auto* e = impl_->live_elector.load()) e->request_step_down();
+  if (!impl_->electors_live.load()) return;
+  for (auto& e : impl_->electors)
+    e->request_step_down();
 }
 
 void Node::every(std::chrono::milliseconds interval, const std::string& name,
@@ -216,11 +283,17 @@ SagaStore Node::sagas() const {
 }
 
 bool Node::is_leader() const {
-  return impl_->lease.valid(impl_->lease.epoch());
+  for (const auto& l : impl_->leases) {
+    if (l->valid(l->epoch())) return true;
+  }
+  return false;
 }
 
 std::int64_t Node::epoch() const {
-  return impl_->lease.epoch();
+  for (const auto& l : impl_->leases) {
+    if (const auto e = l->epoch(); e != 0) return e;
+  }
+  return 0;
 }
 
 std::string Node::metrics_address() const {
@@ -255,15 +328,17 @@ void Node::run() {
   spdlog::info("node {} starting: database {} schema {} threads {}", c.node_id,
                describe_database_url(c.database_url), c.schema, c.threads);
 
-  s.metrics = std::make_unique<metrics::Metrics>(c.node_id, c.deployment());
+  s.metrics = std::make_unique<metrics::Metrics>(c.node_id, c.deployment(), c.shards);
+  for (int k = 0; k < c.shards; ++k)
+    s.leases.push_back(std::make_unique<detail::Lease>());
   s.metrics->pool_busy(0, c.threads, c.threads);
   if (c.metrics_listen != "off") {
     s.metrics->serve(c.metrics_listen, [&s]() -> std::string {
       if (!s.schema_ready.load()) return "database not reached yet, or schema not checked";
-      auto* e = s.live_elector.load();
       // Not ready once the database stopped answering the election session (a partition): the
       // node cannot lead, and if it led it has stepped down.
-      if (e == nullptr || !e->reachable(std::max(s.config.lock_ttl, Millis(1000)))) {
+      if (!s.electors_live.load() ||
+          !s.electors[0]->reachable(std::max(s.config.lock_ttl, Millis(1000)))) {
         return "the database does not answer the election session";
       }
       return "";
@@ -317,48 +392,87 @@ void Node::run() {
   wc.pruner.retention = c.history_retention;
   wc.rescuer.deposed_after = c.lock_ttl;
   wc.periodic = s.periodic;
+  wc.shards = c.shards;
   s.running = true;
   s.consumer = std::make_unique<worker::Consumer>(wc, s.registry, s.metrics.get(), s.metrics.get(),
-                                                  s.metrics.get(), s.lease);
+                                                  s.metrics.get(), s.lease_views());
   s.consumer->start();
 
-  leader::ElectorConfig ec;
-  ec.connect = s.connect_options();
-  ec.node_id = c.node_id;
+  std::vector<std::string> lock_keys;
+  for (int k = 0; k < c.shards; ++k)
+    lock_keys.push_back(worker::shard_lock({c.lock_key, c.region}, k).lock_key);
+  if (c.shards > 1) {
+    leader::BalancerConfig bc;
+    bc.connect = s.connect_options();
+    bc.node_id = c.node_id;
+    bc.region = c.region;
+    bc.lock_keys = lock_keys;
+    bc.node_group = detail::LockName{c.lock_key, c.region}.group();
+    bc.interval = c.retry_interval;
+    s.balancer = std::make_unique<leader::Balancer>(
+        bc, leader::BalancerHooks{[&s](int shard) { s.hand_over(shard); }}, s.lease_views());
+  }
+
   std::array<char, 256> host{};
   gethostname(host.data(), host.size() - 1);
-  ec.host = host.data();
-  ec.version = BATON_VERSION;
-  ec.metrics_addr = s.metrics_address;
-  ec.handles = s.registry.types();
-  ec.lock_key = c.lock_key;
-  ec.region = c.region;
-  ec.ttl = c.lock_ttl;
-  ec.lease = c.local_lease();
-  ec.renew_interval = c.renew_interval;
-  ec.retry_interval = c.retry_interval;
-  // The elector's events, routed: it knows neither the consumer nor the callbacks.
-  leader::ElectorEvents events;
-  events.granted = [&s](std::int64_t epoch) {
-    s.consumer->granted(epoch);
-    for (auto& extra : s.callbacks) {
-      if (extra.on_granted) extra.on_granted(epoch);
+  for (int k = 0; k < c.shards; ++k) {
+    leader::ElectorConfig ec;
+    ec.connect = s.connect_options();
+    ec.node_id = c.node_id;
+    ec.host = host.data();
+    ec.version = BATON_VERSION;
+    ec.metrics_addr = s.metrics_address;
+    ec.handles = s.registry.types();
+    ec.lock_key = lock_keys[static_cast<std::size_t>(k)];
+    ec.region = c.region;
+    ec.ttl = c.lock_ttl;
+    ec.lease = c.local_lease();
+    ec.renew_interval = c.renew_interval;
+    ec.retry_interval = c.retry_interval;
+    ec.shards = c.shards;
+    if (c.shards > 1) {
+      // Shard 0's elector writes the node's row, for every shard.
+      ec.writes_node_row = k == 0;
+      ec.node_group = detail::LockName{c.lock_key, c.region}.group();
+      ec.node_state = [&s] {
+        leader::NodeRowState state{"follower", 0, {}};
+        for (std::size_t i = 0; i < s.leases.size(); ++i) {
+          if (const auto e = s.leases[i]->epoch(); e != 0) {
+            state.shards_led.push_back(static_cast<int>(i));
+            if (state.epoch == 0) state.epoch = e;
+          }
+        }
+        if (!state.shards_led.empty()) state.role = "leader";
+        if (s.balancer->aside()) state.role = "stepping_down";
+        return state;
+      };
+      ec.may_stand = [b = s.balancer.get(), k] { return b->may_stand(k); };
+      ec.label = "shard=" + std::to_string(k) + " ";
     }
-  };
-  events.revoked = [&s](std::int64_t epoch, RevokeReason reason) {
-    s.consumer->revoked(epoch);
-    for (auto& extra : s.callbacks) {
-      if (extra.on_revoked) extra.on_revoked(epoch, reason);
-    }
-  };
-  // A step-down drains first, so in-flight outcomes land while the lease is still ours.
-  events.step_down_requested = [&s](std::int64_t) {
-    s.consumer->drain(s.config.shutdown_grace);
-    if (auto* e = s.live_elector.load()) e->yield();
-  };
-  s.elector = std::make_unique<leader::Elector>(ec, events, s.lease, s.metrics.get());
-  s.live_elector.store(s.elector.get());
-  s.elector->start();
+    // The elector's events, routed: it knows neither the consumer nor the callbacks.
+    leader::ElectorEvents events;
+    events.granted = [&s, k](std::int64_t epoch) {
+      s.consumer->granted(k, epoch);
+      for (auto& extra : s.callbacks) {
+        if (extra.on_granted) extra.on_granted(epoch);
+      }
+    };
+    events.revoked = [&s, k](std::int64_t epoch, RevokeReason reason) {
+      s.consumer->revoked(k, epoch);
+      for (auto& extra : s.callbacks) {
+        if (extra.on_revoked) extra.on_revoked(epoch, reason);
+      }
+    };
+    // A step-down drains first, so in-flight outcomes land while the leases are still ours; it
+    // releases every shard this node leads.
+    events.step_down_requested = [&s](std::int64_t) { s.step_down_all(); };
+    s.electors.push_back(std::make_unique<leader::Elector>(
+        ec, events, *s.leases[static_cast<std::size_t>(k)], s.metrics->shard_observer(k)));
+  }
+  s.electors_live.store(true);
+  if (s.balancer) s.balancer->start();
+  for (auto& e : s.electors)
+    e->start();
 
   {
     std::unique_lock lock(s.mutex);
@@ -370,9 +484,15 @@ void Node::run() {
   // on the network past its bound: calls in flight are cut (detail/call_watch.h).
   spdlog::info("shutting down: draining in-flight jobs (grace {}ms)", c.shutdown_grace.count());
   const bool clean = s.consumer->drain(c.shutdown_grace);
-  s.elector->stop();
+  if (s.balancer) s.balancer->stop();
+  {
+    std::lock_guard lock(s.yield_mutex);  // no hand-over from here on
+    s.electors_live.store(false);
+  }
+  // Shard 0's elector last: it marks the node's row stopped.
+  for (auto it = s.electors.rbegin(); it != s.electors.rend(); ++it)
+    (*it)->stop();
   const bool idle = s.consumer->shutdown(Millis(500));
-  s.live_elector.store(nullptr);
   if (idle) {
     s.consumer.reset();
   } else {
@@ -382,7 +502,8 @@ void Node::run() {
     static_cast<void>(s.consumer.release());
     static_cast<void>(s.metrics.release());
   }
-  s.elector.reset();
+  s.electors.clear();
+  s.balancer.reset();
   s.console_ready.store(false);
   s.console.reset();
   spdlog::info("node {} stopped{}", c.node_id, clean ? "" : " (some jobs were abandoned)");

@@ -204,6 +204,9 @@ void Settings::Impl::build_table() {
              "most jobs one claim takes, and most claimed jobs waiting for a thread"),
       duration("poll-interval", c.poll_interval, "poll when no NOTIFY arrives"),
       text("lock-key", c.lock_key, "lock row key"),
+      number("shards", c.shards,
+             "shards of the deployment's jobs, each led by one node (1: one leader; the same on "
+             "every node)"),
       text("region", c.region, "lock row region"),
       duration("lock-ttl", c.lock_ttl,
                "the lease on the database's side: a silent leader's session ends, and its row "

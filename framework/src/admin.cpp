@@ -41,10 +41,11 @@ WITH d AS (
   RETURNING *),
 ins AS (
   INSERT INTO @.jobs (id, queue, partition_key, partition, type, payload, priority, max_attempts,
-                      created_at, errors, claims, idempotency_key)
+                      created_at, errors, claims, idempotency_key, shard)
   OVERRIDING SYSTEM VALUE
   SELECT id, queue, partition_key, @.job_partition(queue, partition_key), type, payload, priority,
-         max_attempts, created_at, errors, claims, idempotency_key
+         max_attempts, created_at, errors, claims, idempotency_key,
+         @.shard_of(partition_key, @.shard_count())
     FROM d
   RETURNING id, queue),
 wake AS (SELECT count(pg_notify($3, q)) AS n FROM (SELECT DISTINCT queue AS q FROM ins) x)

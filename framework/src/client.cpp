@@ -36,19 +36,22 @@ constexpr const char* kExistingSql =
     "SELECT id FROM @.jobs WHERE queue = $1 AND idempotency_key = $2";
 
 // $1 queue, $2 type, $3 payload, $4 priority, $5 delay ms, $6 max attempts, $7 timeout ms,
-// $8 count, $9 channel. It notifies only when a leader may be asleep, as enqueue_many does
-// (sql/0010_fast_enqueue.sql, leader_busy).
+// $8 count, $9 channel. Copies spread over the shards at random (shard_of without a key, in
+// sql/0012_shards.sql), and it notifies a shard only when its leader may be asleep, as
+// enqueue_many does (leader_busy).
 constexpr const char* kCopiesSql = R"sql(
-WITH ins AS (
-  INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, timeout_ms)
+WITH n AS (SELECT coalesce((SELECT value::int FROM @.settings WHERE key = 'shards'), 1) AS shards),
+ins AS (
+  INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, timeout_ms, shard)
   SELECT $1, $2, $3::jsonb, $4, now() + $5::bigint * interval '1 millisecond', $6,
-         nullif($7::int, 0)
-    FROM generate_series(1, $8::int)
-  RETURNING id),
+         nullif($7::int, 0), floor(random() * n.shards)::int
+    FROM generate_series(1, $8::int), n
+  RETURNING id, shard),
 wake AS (
   SELECT count(pg_notify($9, $1)) AS n
-   WHERE NOT (pg_try_advisory_xact_lock_shared(hashtextextended($9 || '/' || $1, 0))
-              AND pg_try_advisory_xact_lock_shared(hashtextextended($9 || '/*', 0))))
+    FROM (SELECT DISTINCT CASE WHEN shard > 0 THEN '#' || shard ELSE '' END AS sfx FROM ins) d
+   WHERE NOT (pg_try_advisory_xact_lock_shared(hashtextextended($9 || '/' || $1 || d.sfx, 0))
+              AND pg_try_advisory_xact_lock_shared(hashtextextended($9 || '/*' || d.sfx, 0))))
 SELECT id FROM ins WHERE (SELECT n FROM wake) >= 0 ORDER BY id
 )sql";
 

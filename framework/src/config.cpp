@@ -202,6 +202,9 @@ void NodeConfig::validate() {
   }
   if (threads < 1 || threads > 1024) fail("threads", "must be between 1 and 1024");
   if (batch_size < 1 || batch_size > 10000) fail("batch-size", "must be between 1 and 10000");
+  if (shards < 1 || shards > 64) {
+    fail("shards", std::to_string(shards) + " is out of range; use 1..64 (1: one leader)");
+  }
   for (const auto& q : queues) {
     try {
       detail::validate_name("queue", q);

@@ -55,14 +55,16 @@ SELECT q.queue, coalesce(s.paused, false) AS paused,
  ORDER BY q.queue
 )sql";
 
+// A shard's lock row is "<lock_key>:<k>" (shard 0: the lock key itself).
 constexpr const char* kLeadersSql = R"sql(
-SELECT l.client_id AS leader, l.epoch, l.region, l.lock_key,
+SELECT coalesce(substring(l.lock_key FROM ':([0-9]+)$')::int, 0) AS shard,
+       l.client_id AS leader, l.epoch, l.region, l.lock_key,
        to_char(l.created_date, 'YYYY-MM-DD"T"HH24:MI:SS.MSOF') AS since,
        round(extract(epoch FROM clock_timestamp() - l.renewed_at)::numeric, 3) AS renewed_s_ago,
        l.expires_at > clock_timestamp() AS lease_valid, l.holder_host AS host,
        n.metrics_addr
   FROM locks l LEFT JOIN nodes n ON n.node_id = l.client_id
- ORDER BY l.lock_key, l.region
+ ORDER BY l.region, regexp_replace(l.lock_key, ':[0-9]+$', ''), 1
 )sql";
 
 // Role and status come from the lease and last_seen, not from what a node last wrote: a killed
@@ -77,7 +79,10 @@ SELECT n.node_id, n.host, n.pid,
        CASE WHEN n.role = 'stopped' THEN 'stopped'
             WHEN n.last_seen > now() - $1::int * interval '1 second' THEN 'live'
             ELSE 'dead' END AS status,
-       n.lock_group, n.epoch AS last_epoch, n.version,
+       n.lock_group,
+       (SELECT count(*) FROM locks l WHERE l.client_id = n.node_id
+           AND l.expires_at > clock_timestamp()) AS leads,
+       n.epoch AS last_epoch, n.version,
        round(extract(epoch FROM now() - n.last_seen)::numeric, 1) AS last_seen_s_ago,
        n.metrics_addr
   FROM nodes n

@@ -2,6 +2,7 @@
 // the same statement, and outcomes match only rows still running under the claiming epoch.
 #include "baton/detail/job_store.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "baton/detail/db.h"
@@ -35,7 +36,9 @@ UPDATE jobs j
                                               AND f.partition = jobs.partition))
            AND EXISTS (SELECT 1 FROM locks
                         WHERE lock_key = $3 AND region = $4 AND client_id = $1 AND epoch = $2)
-         ORDER BY priority, run_at, id
+           -- The claimer's shard only (0 in a deployment of one shard).
+           AND shard = $10
+         ORDER BY shard, priority, run_at, id
          LIMIT $6 %s) c
  -- Without SKIP LOCKED the subquery takes no row locks: only the leader claims, so normally there
  -- is nothing to skip, and a row lock per job cost a WAL record each. Should a deposed leader
@@ -48,6 +51,22 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
           extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key
+)sql";
+
+// A queue's cluster-wide concurrency gate (shards): the claims of a limited queue take its key for
+// the length of their transaction, and count the queue's running jobs on every shard.
+constexpr const char* kQueueGateSql =
+    "SELECT pg_catalog.pg_advisory_xact_lock(hashtextextended(current_schema() || '_limit/' || $1, "
+    "0))";
+constexpr const char* kQueueRunningSql =
+    "SELECT count(*) FROM jobs WHERE state = 'running' AND queue = $1";
+
+// Shard 0's leader moves waiting jobs whose shard no longer exists (the count shrank, or a
+// producer enqueued with the old count while it changed) to their shard under the count.
+constexpr const char* kStraysSql = R"sql(
+UPDATE jobs SET shard = shard_of(partition_key, $1)
+ WHERE id IN (SELECT id FROM jobs WHERE state = 'available' AND shard >= $1 LIMIT 10000
+               FOR UPDATE SKIP LOCKED)
 )sql";
 
 std::string claim_sql(bool skip_locked) {
@@ -312,10 +331,22 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
   const char* name = filter.skip_locked ? "baton_claim_skip" : "baton_claim";
   conn.prepare(name, claim_sql(filter.skip_locked));
   pqxx::work tx(conn);
-  auto rows =
-      tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
-                       claimer.lock.region, text_array(filter.queues), limit,
-                       text_array(filter.except), claimer.lock.group(), text_array(filter.types));
+  if (filter.cluster_limit > 0) {
+    // Shard leaders claim a limited queue one at a time, each seeing the others' running jobs.
+    tx.exec_params(kQueueGateSql, filter.queues.at(0));
+    const auto running =
+        tx.exec_params(kQueueRunningSql, filter.queues.at(0))[0][0].as<std::int64_t>();
+    limit = static_cast<int>(
+        std::min<std::int64_t>(limit, std::max<std::int64_t>(0, filter.cluster_limit - running)));
+    if (limit == 0) {
+      tx.commit();
+      return {};
+    }
+  }
+  auto rows = tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
+                               claimer.lock.region, text_array(filter.queues), limit,
+                               text_array(filter.except), claimer.lock.group(),
+                               text_array(filter.types), filter.shard);
   tx.commit();
   const auto claimed = std::chrono::steady_clock::now();
   std::vector<ClaimedJob> out;
@@ -467,6 +498,11 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
   }
   tx.commit();
   return applied;
+}
+
+std::size_t move_stray_jobs(pqxx::connection& conn, int shards) {
+  pqxx::nontransaction tx(conn);
+  return tx.exec_params(kStraysSql, shards).affected_rows();
 }
 
 }  // namespace baton::detail

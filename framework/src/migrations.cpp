@@ -92,7 +92,8 @@ void require_current_schema(pqxx::connection& conn, const std::string& schema) {
 void require_privileges(pqxx::connection& conn, const std::string& schema) {
   // What a node does to each table (docs/security.md lists the same grants).
   constexpr const char* kMissingSql = R"sql(
-SELECT string_agg(privilege || ' on ' || $1 || '.' || tab, ', ' ORDER BY tab, privilege)
+SELECT string_agg(missing, ', ') FROM (
+SELECT privilege || ' on ' || $1 || '.' || tab AS missing
   FROM (VALUES ('jobs', 'SELECT'), ('jobs', 'INSERT'), ('jobs', 'UPDATE'), ('jobs', 'DELETE'),
                ('job_history', 'SELECT'), ('job_history', 'INSERT'), ('job_history', 'DELETE'),
                ('dead_jobs', 'SELECT'), ('dead_jobs', 'INSERT'), ('dead_jobs', 'DELETE'),
@@ -108,6 +109,13 @@ SELECT string_agg(privilege || ' on ' || $1 || '.' || tab, ', ' ORDER BY tab, pr
                ('leadership_events', 'DELETE'))
        AS need(tab, privilege)
  WHERE NOT has_table_privilege(quote_ident($1) || '.' || tab, privilege)
+UNION ALL
+SELECT 'USAGE, UPDATE on sequence ' || $1 || '.epochs'
+ WHERE NOT (has_sequence_privilege(quote_ident($1) || '.epochs', 'USAGE')
+            AND has_sequence_privilege(quote_ident($1) || '.epochs', 'UPDATE'))
+UNION ALL
+SELECT 'EXECUTE on function ' || $1 || '.shard_of(text, integer)'
+ WHERE NOT has_function_privilege(quote_ident($1) || '.shard_of(text, integer)', 'EXECUTE')) m
 )sql";
   pqxx::read_transaction tx(conn);
   auto r = tx.exec_params(kMissingSql, schema);

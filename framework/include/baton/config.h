@@ -70,6 +70,11 @@ struct NodeConfig {
   // Election (leader/): the lock row is (lock_key, region).
   std::string lock_key = "baton-leader";
   std::string region = "default";
+  // Partitioned leadership (docs/concepts.md, "Shards"): the deployment's jobs fall into this many
+  // shards, each led by one node at a time with its own lock row ("<lock_key>:<k>" for k > 0),
+  // epoch and fencing; a node leads its fair share of them. 1: one leader, as without shards.
+  // Every node of a deployment gives the same count (the database keeps it: settings.shards).
+  int shards = 1;
   //
   // The lease (docs/concepts.md, "Lease ordering"). lock_ttl is the lease on the database's side:
   // the lock row expires this long after a renewal (a follower may then evict the holder), and

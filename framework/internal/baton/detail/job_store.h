@@ -40,6 +40,11 @@ struct ClaimFilter {
   // Skip rows another transaction holds (an operator's SELECT ... FOR UPDATE) instead of
   // waiting for them. Costs a row lock per job, so the poller uses it only after a claim waited.
   bool skip_locked = false;
+  int shard = 0;  // the claimer's shard
+  // When positive (shards, a queue with a concurrency limit: `queues` holds just that queue),
+  // claims of the queue are serialised across the cluster and take at most this many less the
+  // jobs of the queue running anywhere.
+  int cluster_limit = 0;
 };
 
 struct ClaimedJob {
@@ -79,6 +84,10 @@ std::size_t rescue_timed_out(pqxx::connection& conn, const Claimer& claimer, std
 
 // Jobs running under this claimer that a producer or operator asked to cancel.
 std::vector<std::int64_t> cancel_requested(pqxx::connection& conn, const Claimer& claimer);
+
+// Moves waiting jobs whose shard is `shards` or more (the count shrank, or a producer enqueued
+// while it changed) to their shard under `shards`. Returns how many (at most 10,000 a call).
+std::size_t move_stray_jobs(pqxx::connection& conn, int shards);
 
 // Deletes up to `batch` history rows finished longer than `retention_ms` ago. Returns how many.
 std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch);

@@ -1,0 +1,208 @@
+// Balancer: each node's fair share of the shards (see balancer.h).
+#include "leader/balancer.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "baton/detail/backoff.h"
+#include "baton/detail/call_watch.h"
+#include "baton/detail/text.h"
+
+namespace baton::leader {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Kind 0: the deployment's shard count. Kind 1: the live nodes, oldest first. Kind 2: the shards
+// whose lease ended over a second ago. Kind 3: the shards whose advisory lock a session holds (the
+// key as the elector derives it). $1 the nodes' group, $2 the schema (sessions are named
+// "<node id>@<schema>"), $3 the region, $4 the shards' lock keys.
+constexpr const char* kPassSql = R"sql(
+SELECT 0, coalesce((SELECT value FROM settings WHERE key = 'shards'), '1'), NULL::timestamptz
+UNION ALL
+SELECT 1, n.node_id, n.started_at
+  FROM nodes n
+ WHERE n.lock_group = $1 AND n.role NOT IN ('stopped', 'stepping_down')
+   AND n.last_seen > now() - interval '5 seconds'
+   AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                WHERE a.application_name = n.node_id || '@' || $2
+                  AND a.datname = current_database())
+UNION ALL
+SELECT 2, l.lock_key, NULL
+  FROM locks l
+ WHERE l.region = $3 AND l.lock_key = ANY ($4::text[])
+   AND l.expires_at < clock_timestamp() - interval '1 second'
+UNION ALL
+SELECT 3, k.lock_key, NULL
+  FROM unnest($4::text[]) AS k(lock_key),
+       LATERAL (SELECT hashtextextended(current_schema() || '/' || $3 || '/' || k.lock_key, 0)
+                  AS key) h
+ WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_locks p
+                WHERE p.locktype = 'advisory' AND p.granted AND p.objsubid = 1
+                  AND p.database = (SELECT oid FROM pg_catalog.pg_database
+                                     WHERE datname = current_database())
+                  AND p.classid = ((h.key >> 32) & 4294967295)::oid
+                  AND p.objid = (h.key & 4294967295)::oid)
+ORDER BY 1, 3, 2
+)sql";
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Balancer::Balancer(BalancerConfig config, BalancerHooks hooks,
+                   std::vector<const detail::Lease*> leases)
+    : config_(std::move(config)),
+      hooks_(std::move(hooks)),
+      leases_(std::move(leases)),
+      shards_(static_cast<int>(leases_.size())),
+      // Until the first pass: a node alone leads everything; a node among others learns its
+      // share within a pass (before any of its electors has won much).
+      target_(0) {}
+
+Balancer::~Balancer() {
+  stop();
+}
+
+void Balancer::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Balancer::stop() {
+  stopping_.store(true);
+  waker_.wake();
+  detail::CallWatch::instance().abort(detail::owner_of(this));
+  if (thread_.joinable()) thread_.join();
+  detail::CallWatch::instance().end_abort(detail::owner_of(this));
+}
+
+int Balancer::led() const {
+  int n = 0;
+  for (const auto* lease : leases_) {
+    if (lease->epoch() != 0) ++n;
+  }
+  return n;
+}
+
+void Balancer::stand_aside(Millis how_long) {
+  aside_until_ns_.store(now_ns() + std::chrono::nanoseconds(how_long).count());
+  target_.store(0);
+  waker_.wake();
+}
+
+bool Balancer::aside() const {
+  return now_ns() < aside_until_ns_.load();
+}
+
+bool Balancer::may_stand(int shard) {
+  if (count_mismatch_.load() || aside()) return false;
+  if ((orphaned_.load() >> shard) & 1U) return true;
+  // A shard some session holds is not worth an attempt (as of the last pass).
+  if ((held_.load() >> shard) & 1U) return false;
+  if (led() >= target_.load()) return false;
+  // One attempt at a time: a grant takes a round trip or two; until it is counted, another
+  // elector of this node waits.
+  const auto now = now_ns();
+  auto until = stand_until_ns_.load();
+  if (now < until) return false;
+  return stand_until_ns_.compare_exchange_strong(until, now + 10'000'000);
+}
+
+void Balancer::loop() {
+  std::unique_ptr<pqxx::connection> conn;
+  detail::Backoff backoff(Millis(100), Millis(2000));
+  bool reported = false;
+  auto options = config_.connect;
+  options.statement_timeout_ms = 2000;
+  while (!stopping_.load()) {
+    try {
+      if (!conn) conn = detail::connect(options, detail::owner_of(this));
+      pass(*conn);
+      if (reported) spdlog::info("balancer: database reachable again");
+      reported = false;
+      backoff.reset();
+      waker_.wait(-1, config_.interval);
+    } catch (const std::exception& e) {
+      conn.reset();
+      if (stopping_.load()) break;
+      if (!reported) {
+        spdlog::warn("balancer: {}; retrying with backoff",
+                     detail::one_line(detail::scrub(e.what())));
+        reported = true;
+      }
+      waker_.wait(-1, backoff.next_jittered());
+    }
+  }
+}
+
+void Balancer::pass(pqxx::connection& conn) {
+  std::vector<std::string> live;
+  std::uint64_t orphaned = 0;
+  std::uint64_t held = 0;
+  int deployment_shards = shards_;
+  {
+    auto armed = detail::CallWatch::instance().arm(conn, Millis(2000), detail::owner_of(this));
+    pqxx::nontransaction tx(conn);
+    const auto rows = tx.exec_params(kPassSql, config_.node_group, config_.connect.schema,
+                                     config_.region, detail::text_array(config_.lock_keys));
+    for (const auto& r : rows) {
+      const int kind = r[0].as<int>();
+      if (kind == 0) {
+        deployment_shards = r[1].as<int>(shards_);
+      } else if (kind == 1) {
+        live.emplace_back(r[1].c_str());
+      } else {
+        const auto it = std::find(config_.lock_keys.begin(), config_.lock_keys.end(), r[1].c_str());
+        if (it != config_.lock_keys.end()) {
+          (kind == 2 ? orphaned : held) |= std::uint64_t{1} << (it - config_.lock_keys.begin());
+        }
+      }
+    }
+  }
+  const bool mismatch = deployment_shards != shards_;
+  if (mismatch != count_mismatch_.exchange(mismatch)) {
+    if (mismatch) {
+      spdlog::error(
+          "the deployment now has {} shards (settings.shards) and this node runs {}: it leads "
+          "none until restarted with --shards {}",
+          deployment_shards, shards_, deployment_shards);
+    } else {
+      spdlog::info("the deployment's shard count is {} again, as this node's", shards_);
+    }
+  }
+  orphaned_.store(mismatch ? 0 : orphaned);
+  held_.store(held);
+  auto self = std::find(live.begin(), live.end(), config_.node_id);
+  if (aside()) {
+    target_.store(0);
+    return;
+  }
+  if (self == live.end()) {
+    live.push_back(config_.node_id);  // its row is on its way
+    self = live.end() - 1;
+  }
+  const int nodes = static_cast<int>(live.size());
+  const int rank = static_cast<int>(self - live.begin());
+  const int target = mismatch ? 0 : shards_ / nodes + (rank < shards_ % nodes ? 1 : 0);
+  if (target != target_.exchange(target)) {
+    spdlog::info("fair share: {} of {} shards ({} live nodes), leading {}", target, shards_, nodes,
+                 led());
+  }
+  // Over the share: hand one shard over, at most once a second, highest-numbered first.
+  if (led() > target && Clock::now() >= next_hand_over_) {
+    next_hand_over_ = Clock::now() + config_.hand_over_every;
+    for (int k = shards_ - 1; k >= 0; --k) {
+      if (leases_[static_cast<std::size_t>(k)]->epoch() != 0) {
+        spdlog::info("handing shard {} over: leading {}, fair share {}", k, led(), target);
+        hooks_.hand_over(k);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace baton::leader

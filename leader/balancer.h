@@ -1,0 +1,95 @@
+// Balancer: with shards (docs/concepts.md, "Shards"), decides how many of the deployment's shards
+// this node should lead, and keeps it there.
+//
+// Every node stands for every shard (one Elector each), but leads only its fair share. Each pass
+// (every retry interval), on a connection of its own, it reads the live nodes of the deployment
+// (a nodes row seen within 5 s, not stopped, with a session open on the server: a killed node
+// drops out at once) ordered by start time, and the shard lock rows. With L live nodes and N
+// shards, the first N mod L nodes should lead ceil(N / L) shards and the rest floor(N / L); the
+// targets add up to N, so the shards spread without talking. may_stand(k) is what shard k's
+// elector asks before each attempt:
+//   - yes while this node leads fewer shards than its target, for a shard whose advisory lock no
+//     session held at the last pass (one attempt at a time, so that two free shards do not both
+//     go to a node that needs one);
+//   - yes for a shard whose lease has been over for a second (no node took it: the counts were
+//     stale), whatever the target;
+//   - no while the deployment's shard count differs from this node's (settings.shards changed).
+// A node that was asked to step down stands aside for a while: its row says "stepping_down", the
+// others count it out, and it counts itself out of their targets too.
+// A node over its target hands one shard over (the highest-numbered, shard 0 last) at most every
+// 250 ms, gracefully: its jobs drain, then its elector releases the lock and notifies, and a
+// node under its target takes it.
+//
+// Thread-safety: may_stand() from any thread; start()/stop() from the owner thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "baton/config.h"
+#include "baton/detail/db.h"
+#include "baton/detail/lease.h"
+#include "baton/detail/waker.h"
+
+namespace baton::leader {
+
+struct BalancerConfig {
+  detail::ConnectOptions connect;
+  std::string node_id;
+  std::string region;
+  std::vector<std::string> lock_keys;  // by shard
+  std::string node_group;              // shard 0's "<region>/<lock_key>", as nodes rows say
+  Millis interval{25};
+  Millis hand_over_every{250};
+};
+
+struct BalancerHooks {
+  // Drains shard k's jobs and releases its lock (blocks until released or failed).
+  std::function<void(int shard)> hand_over;
+};
+
+class Balancer {
+ public:
+  // `leases` are this node's, by shard; they must outlive the Balancer.
+  Balancer(BalancerConfig config, BalancerHooks hooks, std::vector<const detail::Lease*> leases);
+  ~Balancer();
+  Balancer(const Balancer&) = delete;
+  Balancer& operator=(const Balancer&) = delete;
+
+  void start();
+  void stop();
+  bool may_stand(int shard);
+  // A step-down: this node stands for nothing for `how_long`, and says so in its nodes row
+  // (aside()), so that the others count it out and take its shards at once.
+  void stand_aside(Millis how_long);
+  bool aside() const;
+  int led() const;
+  int target() const { return target_.load(); }
+
+ private:
+  void loop();
+  void pass(pqxx::connection& conn);
+
+  const BalancerConfig config_;
+  const BalancerHooks hooks_;
+  const std::vector<const detail::Lease*> leases_;
+  const int shards_;
+  std::atomic<int> target_;
+  std::atomic<bool> count_mismatch_{false};
+  std::atomic<std::uint64_t> orphaned_{0};       // bit k: shard k's lease ended over a second ago
+  std::atomic<std::uint64_t> held_{0};           // bit k: a session holds shard k's advisory lock
+  std::atomic<std::int64_t> stand_until_ns_{0};  // one attempt at a time
+  std::atomic<std::int64_t> aside_until_ns_{0};
+  std::atomic<bool> stopping_{false};
+  std::chrono::steady_clock::time_point next_hand_over_{};
+  detail::Waker waker_;
+  std::thread thread_;
+};
+
+}  // namespace baton::leader
