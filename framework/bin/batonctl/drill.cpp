@@ -1,5 +1,7 @@
 // batonctl drill: fault the leader (ask it to step down, or kill -9 it), then report when the
-// next leader was granted and started its first job, on the database clock.
+// next leader was granted and started its first job, on the database clock. With shards, the
+// node faulted is shard 0's leader, and the report also says where each of its other shards went
+// and when.
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
@@ -52,6 +54,23 @@ SELECT round(extract(epoch FROM least(
          (SELECT min(started_at) FROM job_history
            WHERE finished_at >= $4::timestamptz AND node = $3 AND epoch = $2))
          - $4::timestamptz) * 1000)::bigint
+)sql";
+
+// With shards: the lock rows the faulted node held, other than shard 0's ("<lock_key>:<k>").
+constexpr const char* kOtherShardsSql = R"sql(
+SELECT lock_key, epoch, substring(lock_key FROM ':([0-9]+)$')::int
+  FROM locks
+ WHERE region = $1 AND left(lock_key, length($2) + 1) = $2 || ':' AND client_id = $3
+   AND expires_at > clock_timestamp() AND lock_key ~ ':[0-9]+$'
+ ORDER BY 3
+)sql";
+
+// Their holders now, with the time since the fault of each grant.
+constexpr const char* kShardHoldersSql = R"sql(
+SELECT lock_key, client_id, epoch,
+       round(extract(epoch FROM created_date - $3::timestamptz) * 1000)::bigint
+  FROM locks
+ WHERE region = $1 AND lock_key = ANY ($2::text[]) AND expires_at > clock_timestamp()
 )sql";
 
 std::string read_file(const std::string& path) {
@@ -155,6 +174,19 @@ int run_drill(const Global& g, const Options& o) {
   const std::string leader = now_leading[0][0].c_str();
   const auto epoch = now_leading[0][1].as<std::int64_t>();
   const std::string t0 = now_leading[0][5].c_str();
+  // The other shards it leads, and where each goes.
+  struct Moved {
+    std::string key;
+    std::int64_t epoch;
+    int shard;
+    std::optional<long long> ms{};
+    std::string to{};
+    std::int64_t new_epoch = 0;
+  };
+  std::vector<Moved> shards;
+  for (const auto& r : query(kOtherShardsSql, o.region, o.lock_key, leader)) {
+    shards.push_back({r[0].c_str(), r[1].as<std::int64_t>(), r[2].as<int>()});
+  }
   std::ostringstream quiet;  // with --json, the timeline is not printed
   std::ostream& out = g.json ? quiet : std::cout;
   const bool tty = isatty(1) != 0 && !g.json;
@@ -205,13 +237,31 @@ int run_drill(const Global& g, const Options& o) {
         line(*granted, "leader " + next + " granted epoch " + std::to_string(next_epoch));
       }
     }
-    if (granted) {
-      const auto r = query(kFirstJobSql, group, next_epoch, next, t0);
-      if (!r[0][0].is_null()) {
-        started = r[0][0].as<long long>();
-        break;
+    bool all_moved = true;
+    if (!shards.empty()) {
+      std::vector<std::string> keys;
+      for (const auto& m : shards)
+        keys.push_back(m.key);
+      for (const auto& r : query(kShardHoldersSql, o.region, baton::detail::text_array(keys), t0)) {
+        for (auto& m : shards) {
+          if (m.key == r[0].c_str() && !m.ms && r[2].as<std::int64_t>() > m.epoch) {
+            m.to = r[1].c_str();
+            m.new_epoch = r[2].as<std::int64_t>();
+            m.ms = r[3].as<long long>();
+            if (tty) std::cout << "\r";
+            line(*m.ms, "shard " + std::to_string(m.shard) + " to " + m.to + " (epoch " +
+                            std::to_string(m.new_epoch) + ")");
+          }
+        }
       }
+      for (const auto& m : shards)
+        all_moved = all_moved && m.ms.has_value();
     }
+    if (granted && !started) {
+      const auto r = query(kFirstJobSql, group, next_epoch, next, t0);
+      if (!r[0][0].is_null()) started = r[0][0].as<long long>();
+    }
+    if (started && all_moved) break;
     if (tty) {
       std::cout << "\rwaiting for " << (granted ? "its first job" : "a new leader") << "..."
                 << std::flush;
@@ -226,13 +276,29 @@ int run_drill(const Global& g, const Options& o) {
   }
   line(*started, "first job started under the new leader");
   out << "failover took " << *started << " ms (fault to first job)\n";
+  long long last_move = *granted;
+  nlohmann::json moves = nlohmann::json::array();
+  for (const auto& m : shards) {
+    if (!m.ms) {
+      out << "shard " << m.shard << " did not move within " << timeout.count() << " ms\n";
+      return 1;
+    }
+    last_move = std::max(last_move, *m.ms);
+    moves.push_back({{"shard", m.shard}, {"to", m.to}, {"epoch", m.new_epoch}, {"ms", *m.ms}});
+  }
+  if (!shards.empty()) {
+    out << "all " << shards.size() + 1 << " shards of " << leader << " led elsewhere after "
+        << last_move << " ms\n";
+  }
   if (g.json) {
     print_result(true, "",
                  {{"leader", leader},
                   {"killed", o.kill},
                   {"next_leader", next},
                   {"granted_ms", *granted},
-                  {"first_job_ms", *started}});
+                  {"first_job_ms", *started},
+                  {"other_shards", moves},
+                  {"all_shards_moved_ms", last_move}});
   }
   return 0;
 }

@@ -58,6 +58,37 @@ void add_inspect(CLI::App& app, const Global& g, Command& chosen) {
     };
   });
 
+  auto shards_to = std::make_shared<int>(0);
+  auto* shards = app.add_subcommand(
+      "shards", "the deployment's shard count, or set it (every node stopped) with --set N");
+  shards->add_option("--set", *shards_to,
+                     "the new count, 1..64; refused while a node of another count runs");
+  shards->callback([&g, &chosen, shards_to] {
+    chosen = [&g, shards_to] {
+      auto conn = open(g);
+      if (*shards_to == 0) {
+        pqxx::read_transaction tx(*conn);
+        const auto n = tx.exec(
+                             "SELECT coalesce((SELECT value::int FROM settings WHERE key = "
+                             "'shards'), 1)")[0][0]
+                           .as<int>();
+        print_result(g.json, std::to_string(n) + " shard(s)", {{"shards", n}});
+        return 0;
+      }
+      pqxx::work tx(*conn);
+      const auto moved =
+          tx.exec_params("SELECT set_shards($1)", *shards_to)[0][0].as<std::int64_t>();
+      tx.commit();
+      print_result(g.json,
+                   "the deployment has " + std::to_string(*shards_to) + " shard(s) now; " +
+                       std::to_string(moved) +
+                       " waiting job(s) moved; start every node with --shards " +
+                       std::to_string(*shards_to),
+                   {{"shards", *shards_to}, {"moved", moved}});
+      return 0;
+    };
+  });
+
   app.add_subcommand("nodes", "nodes seen in the last hour: role, live or dead")
       ->callback([&g, &chosen] {
         chosen = [&g] {
