@@ -30,8 +30,8 @@ struct Fault {
 
 class Chaos {
  public:
-  explicit Chaos(const std::string& schema)
-      : schema_(schema), dir_(temp_dir(schema)), cluster_(schema, 0) {
+  Chaos(const std::string& schema, int shards)
+      : schema_(schema), dir_(temp_dir(schema)), shards_(shards), cluster_(schema, 0) {
     pqxx::nontransaction tx(cluster_.db());
     tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");
     tx.exec(
@@ -47,7 +47,7 @@ class Chaos {
         std::vector<std::string>{binary("demo_node"), "--database-url", database_url(), "--schema",
                                  schema_, "--node-id", id, "--metrics-listen", "127.0.0.1:0",
                                  "--threads", "4", "--retry-base", "50ms", "--retry-cap", "200ms",
-                                 "--no-migrate"},
+                                 "--no-migrate", "--shards", std::to_string(shards_)},
         log);
     nodes_[id] = std::move(p);
     logs_[id] = log;
@@ -144,6 +144,7 @@ class Chaos {
   }
 
   std::string schema_, dir_;
+  int shards_ = 1;
   Cluster cluster_;
   int generation_ = 0;
   int pg_restarts_ = 0;
@@ -155,12 +156,14 @@ class Chaos {
   std::vector<std::string> crashed_;
 };
 
-TEST(Chaos, NoJobLostNoTransactionalEffectTwiceUnderFaults) {
+// `shards` > 1: every node leads a share of the shards, and "the leader" the faults pick is shard
+// 0's (the one that also runs the periodic work).
+void soak(int shards, int default_seconds) {
   const char* env_seconds = std::getenv("BATON_CHAOS_SECONDS");
-  const int seconds = env_seconds != nullptr ? std::atoi(env_seconds) : 60;
+  const int seconds = env_seconds != nullptr ? std::atoi(env_seconds) : default_seconds;
   const char* pgdir_env = std::getenv("BATON_TEST_PGDIR");
   const std::string pgdir = pgdir_env != nullptr ? pgdir_env : "";
-  Chaos chaos(unique_schema("chaos"));
+  Chaos chaos(unique_schema(shards > 1 ? "chaos_shards" : "chaos"), shards);
   ASSERT_TRUE(wait_for([&] { return !chaos.leader().empty(); }, 30s));
   std::mt19937 rng(20261122);
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -245,8 +248,9 @@ TEST(Chaos, NoJobLostNoTransactionalEffectTwiceUnderFaults) {
     fenced_metric += static_cast<long long>(metric_sum(page, "baton_fenced_total"));
   }
 
-  std::printf("[ chaos ] %d s, %zu faults, %lld jobs enqueued: %lld completed, %lld dead\n",
-              seconds, chaos.faults_.size(), chaos.enqueued_, history, dead);
+  std::printf(
+      "[ chaos ] %d s, %d shard(s), %zu faults, %lld jobs enqueued: %lld completed, %lld dead\n",
+      seconds, shards, chaos.faults_.size(), chaos.enqueued_, history, dead);
   std::map<std::string, int> kinds;
   for (const auto& f : chaos.faults_) {
     // "kill -9 n2" and "restart n1" group without their node; the rest are whole.
@@ -272,6 +276,16 @@ TEST(Chaos, NoJobLostNoTransactionalEffectTwiceUnderFaults) {
   EXPECT_EQ(unexplained, 0) << "a job ran again with no fault to explain it";
   EXPECT_EQ(fenced_metric, fenced_logged);
   EXPECT_TRUE(chaos.crashed_.empty()) << chaos.crashed_.front();
+}
+
+TEST(Chaos, NoJobLostNoTransactionalEffectTwiceUnderFaults) {
+  soak(1, 60);
+}
+
+// The same with 3 shards: claims, rescues and fencing per shard, and shards moving between the
+// nodes as the faults take them down and bring them back.
+TEST(Chaos, WithShardsNoJobLostNoTransactionalEffectTwiceUnderFaults) {
+  soak(3, 45);
 }
 
 }  // namespace

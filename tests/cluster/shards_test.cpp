@@ -1,0 +1,321 @@
+// Partitioned leadership with real processes: shards spread over the nodes at their fair share,
+// move when a node dies or joins, keep the order of ordered partitions, and keep queue pauses and
+// concurrency limits across the cluster. The run log (record_run) is the witness: which node ran
+// which job when, and whether any job ran twice.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "support/cluster.h"
+#include "support/runs.h"
+
+namespace {
+
+using namespace baton::test;
+
+// Valid leases by node, over the deployment's shard lock rows.
+std::map<std::string, int> shares(Cluster& cluster) {
+  std::map<std::string, int> out;
+  pqxx::nontransaction tx(cluster.db());
+  for (const auto& r :
+       tx.exec("SELECT client_id, count(*) FROM locks WHERE expires_at > clock_timestamp() "
+               "AND (lock_key = 'baton-leader' OR lock_key LIKE 'baton-leader:%') GROUP BY 1")) {
+    out[r[0].c_str()] = r[1].as<int>();
+  }
+  return out;
+}
+
+std::string show(const std::map<std::string, int>& m) {
+  std::string s;
+  for (const auto& [node, n] : m)
+    s += node + "=" + std::to_string(n) + " ";
+  return s;
+}
+
+// Waits until the shares are exactly `want`.
+bool settle(Cluster& cluster, const std::map<std::string, int>& want,
+            std::chrono::milliseconds timeout = 20s) {
+  return wait_for([&] { return shares(cluster) == want; }, timeout);
+}
+
+// `n` jobs through the SQL API (so that they spread over the shards), in one transaction.
+void enqueue(Cluster& cluster, const std::string& queue, const std::string& type,
+             const std::string& payload, int n) {
+  pqxx::nontransaction tx(cluster.db());
+  tx.exec_params("SELECT count(enqueue($1, $2, $3::jsonb)) FROM generate_series(1, $4)", queue,
+                 type, payload, n);
+}
+
+long long history(Cluster& cluster) {
+  return cluster.count("SELECT count(*) FROM job_history");
+}
+
+// baton_leader{shard="k"} of one scrape, by shard.
+std::map<int, double> leader_by_shard(const std::string& page) {
+  std::map<int, double> out;
+  static const std::regex line(R"re(^baton_leader\{[^}]*shard="(\d+)"[^}]*\} (\S+)$)re");
+  std::smatch m;
+  std::size_t at = 0;
+  while (at < page.size()) {
+    auto end = page.find('\n', at);
+    if (end == std::string::npos) end = page.size();
+    const std::string l = page.substr(at, end - at);
+    if (std::regex_match(l, m, line)) out[std::stoi(m[1])] = std::stod(m[2]);
+    at = end + 1;
+  }
+  return out;
+}
+
+TEST(Shards, ThreeNodesSettleAtTwoEachAndAfterAKillNineTheSurvivorsLeadThreeEach) {
+  Cluster cluster(unique_schema("shards_kill"), 0);
+  const auto log = cluster.dir() + "/runs.log";
+  for (const char* id : {"n1", "n2", "n3"})
+    cluster.start(id, {"--shards", "6", "--run-log", log, "--threads", "4"});
+  ASSERT_TRUE(settle(cluster, {{"n1", 2}, {"n2", 2}, {"n3", 2}}))
+      << show(shares(cluster)) << cluster.logs();
+  EXPECT_EQ(cluster.count("SELECT value::int FROM settings WHERE key = 'shards'"), 6);
+
+  // Every node says how many it leads, and every shard has exactly one leader.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        std::map<int, double> sum;
+        for (const auto& id : cluster.node_ids()) {
+          const auto addr = cluster.metrics_addr(id);
+          if (addr.empty()) return false;
+          const auto page = scrape(addr);
+          if (metric_sum(page, "baton_shards_led") != 2) return false;
+          for (const auto& [k, v] : leader_by_shard(page))
+            sum[k] += v;
+        }
+        return sum.size() == 6 &&
+               std::all_of(sum.begin(), sum.end(), [](const auto& kv) { return kv.second == 1; });
+      },
+      20s))
+      << cluster.logs();
+  // batonctl leader lists every shard's holder.
+  const auto listing = ctl(cluster, "--json leader");
+  for (int k = 1; k < 6; ++k) {
+    EXPECT_NE(listing.find("baton-leader:" + std::to_string(k)), std::string::npos) << listing;
+  }
+  EXPECT_NE(listing.find("\"shard\""), std::string::npos) << listing;
+
+  constexpr int kJobs = 1200;
+  enqueue(cluster, "default", "record_run", R"({"ms": 10})", kJobs);
+  ASSERT_TRUE(wait_for([&] { return history(cluster) >= 150; }, 30s)) << cluster.logs();
+  cluster.process("n2").signal(SIGKILL);
+  EXPECT_EQ(cluster.process("n2").wait(5s), 128 + SIGKILL);
+  ASSERT_TRUE(settle(cluster, {{"n1", 3}, {"n3", 3}}))
+      << "the dead node's shards did not spread over the survivors: " << show(shares(cluster))
+      << cluster.logs();
+
+  ASSERT_TRUE(wait_for([&] { return history(cluster) == kJobs; }, 60s))
+      << history(cluster) << " of " << kJobs << "\n"
+      << cluster.logs();
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM jobs"), 0);
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM dead_jobs"), 0);
+  // A job ran again only when the killed node was running it (whose runs never logged an end).
+  for (const auto& [job, runs] : read_runs(log)) {
+    for (std::size_t i = 0; i + 1 < runs.size(); ++i) {
+      EXPECT_EQ(runs[i].node, "n2")
+          << "job " << job << " ran again after a run on " << runs[i].node;
+    }
+  }
+  for (const char* id : {"n1", "n2", "n3"}) {
+    EXPECT_GT(
+        cluster.count(std::string("SELECT count(*) FROM job_history WHERE node = '") + id + "'"), 0)
+        << id << " ran none of the jobs";
+  }
+}
+
+TEST(Shards, AFourthNodeJoinsSharesBecomeTwoTwoOneOneAndNoJobRunsTwice) {
+  Cluster cluster(unique_schema("shards_join"), 0);
+  const auto log = cluster.dir() + "/runs.log";
+  const std::vector<std::string> flags = {"--shards", "6", "--run-log", log, "--threads", "4"};
+  for (const char* id : {"n1", "n2", "n3"})
+    cluster.start(id, flags);
+  ASSERT_TRUE(settle(cluster, {{"n1", 2}, {"n2", 2}, {"n3", 2}}))
+      << show(shares(cluster)) << cluster.logs();
+  constexpr int kJobs = 2000;
+  enqueue(cluster, "default", "record_run", R"({"ms": 20})", kJobs);
+  ASSERT_TRUE(wait_for([&] { return history(cluster) >= 100; }, 30s)) << cluster.logs();
+  cluster.start("n4", flags);
+  // 6 over 4 nodes is 2, 2, 1, 1: the two oldest keep two, the newest (n4) takes one.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const auto now = shares(cluster);
+        std::vector<int> counts;
+        for (const auto& [node, n] : now)
+          counts.push_back(n);
+        std::sort(counts.begin(), counts.end());
+        return counts == std::vector<int>{1, 1, 2, 2} && now.count("n4") == 1 && now.at("n4") == 1;
+      },
+      20s))
+      << show(shares(cluster)) << cluster.logs();
+  const auto at_join = history(cluster);
+  ASSERT_TRUE(wait_for([&] { return history(cluster) == kJobs; }, 60s))
+      << history(cluster) << " of " << kJobs << "\n"
+      << cluster.logs();
+  EXPECT_LT(at_join, kJobs) << "the jobs ran out before the rebalance: the test proves nothing";
+  EXPECT_GT(cluster.count("SELECT count(*) FROM job_history WHERE node = 'n4'"), 0);
+  // A graceful hand-over: every job ran once, on its first attempt, and none was cancelled.
+  const auto runs = read_runs(log);
+  EXPECT_EQ(runs.size(), static_cast<std::size_t>(kJobs));
+  for (const auto& [job, list] : runs) {
+    EXPECT_EQ(list.size(), 1u) << "job " << job << " ran " << list.size() << " times";
+    EXPECT_FALSE(list.front().cancelled) << "job " << job;
+  }
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM job_history WHERE attempts <> 1"), 0);
+  // The hand-overs were releases (drained, released, taken), not expiries.
+  EXPECT_GT(cluster.count("SELECT count(*) FROM leadership_events WHERE event = 'released' "
+                          "AND reason = 'stepped_down'"),
+            0);
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM leadership_events WHERE event = 'granted' "
+                          "AND reason IN ('lease_expired', 'session_ended')"),
+            0);
+}
+
+TEST(Shards, OrderedPartitionsKeepTheirOrderWhileShardsMove) {
+  Cluster cluster(unique_schema("shards_order"), 0);
+  const auto log = cluster.dir() + "/runs.log";
+  const std::vector<std::string> flags = {"--shards", "4", "--run-log", log, "--threads", "4"};
+  for (const char* id : {"n1", "n2"})
+    cluster.start(id, flags);
+  ASSERT_TRUE(settle(cluster, {{"n1", 2}, {"n2", 2}})) << show(shares(cluster)) << cluster.logs();
+  ctl(cluster, "queue ordered sms --partitions 8");
+  constexpr int kKeys = 16, kPerKey = 25;
+  {
+    pqxx::nontransaction tx(cluster.db());
+    // Interleaved: key 0, 1, ..., 15, then again; each key's jobs in enqueue (id) order.
+    tx.exec_params(
+        "SELECT count(enqueue('sms', 'record_run', '{\"ms\": 8}', partition_key => 'k' || k)) "
+        "FROM generate_series(1, $1) s, generate_series(0, $2 - 1) k",
+        kPerKey, kKeys);
+  }
+  EXPECT_GT(cluster.count("SELECT count(DISTINCT shard) FROM jobs"), 1)
+      << "the partitions all fell on one shard";
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM (SELECT partition_key FROM jobs GROUP BY 1 "
+                          "HAVING count(DISTINCT shard) > 1) d"),
+            0)
+      << "a partition's jobs are on two shards";
+  // Shards move while the partitions run: a node joins, one leaves gracefully, it comes back.
+  ASSERT_TRUE(wait_for([&] { return history(cluster) >= 40; }, 30s)) << cluster.logs();
+  cluster.start("n3", flags);
+  ASSERT_TRUE(wait_for([&] { return shares(cluster).count("n3") == 1; }, 20s))
+      << show(shares(cluster)) << cluster.logs();
+  cluster.process("n1").signal(SIGTERM);
+  EXPECT_EQ(cluster.process("n1").wait(20s), 0) << cluster.logs();
+  cluster.start("n1", flags);
+  ASSERT_TRUE(wait_for([&] { return history(cluster) == kKeys * kPerKey; }, 90s))
+      << history(cluster) << cluster.logs();
+
+  std::map<long long, std::string> key_of;
+  {
+    pqxx::nontransaction tx(cluster.db());
+    for (const auto& r : tx.exec("SELECT id, partition_key FROM job_history"))
+      key_of[r[0].as<long long>()] = r[1].c_str();
+  }
+  // Per key: runs in id order, each starting after the one before ended.
+  std::map<std::string, std::vector<LoggedRun>> by_key;
+  std::set<std::string> nodes;
+  for (const auto& [job, runs] : read_runs(log)) {
+    for (const auto& run : runs) {
+      by_key[key_of[job]].push_back(run);
+      nodes.insert(run.node);
+    }
+  }
+  ASSERT_EQ(by_key.size(), static_cast<std::size_t>(kKeys));
+  for (auto& [key, runs] : by_key) {
+    std::sort(runs.begin(), runs.end(),
+              [](const auto& a, const auto& b) { return a.start_us < b.start_us; });
+    for (std::size_t i = 1; i < runs.size(); ++i) {
+      EXPECT_LE(runs[i - 1].job, runs[i].job) << "partition " << key << " ran out of order";
+      EXPECT_LE(runs[i - 1].end_us, runs[i].start_us)
+          << "partition " << key << ": job " << runs[i].job << " started before job "
+          << runs[i - 1].job << " ended";
+    }
+  }
+  EXPECT_GE(nodes.size(), 2u) << "the partitions ran on one node: no shard moved under them";
+}
+
+TEST(Shards, QueuePausesAndConcurrencyLimitsHoldAcrossTheCluster) {
+  Cluster cluster(unique_schema("shards_limits"), 0);
+  const auto log = cluster.dir() + "/runs.log";
+  for (const char* id : {"n1", "n2", "n3"}) {
+    cluster.start(id, {"--shards", "3", "--run-log", log, "--threads", "4", "--queue-concurrency",
+                       "limited=2"});
+  }
+  ASSERT_TRUE(settle(cluster, {{"n1", 1}, {"n2", 1}, {"n3", 1}}))
+      << show(shares(cluster)) << cluster.logs();
+  ctl(cluster, "queue pause limited");
+  enqueue(cluster, "limited", "record_run", R"({"ms": 60})", 45);
+  enqueue(cluster, "default", "record_run", R"({"ms": 1})", 30);
+  EXPECT_EQ(cluster.count("SELECT count(DISTINCT shard) FROM jobs WHERE queue = 'limited'"), 3);
+  // The other queue runs; the paused one waits on every shard.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.count("SELECT count(*) FROM job_history WHERE queue = 'default'") == 30;
+      },
+      30s))
+      << cluster.logs();
+  EXPECT_EQ(cluster.count("SELECT count(*) FROM jobs WHERE queue = 'limited' AND state <> "
+                          "'available'"),
+            0);
+  ctl(cluster, "queue resume limited");
+  ASSERT_TRUE(wait_for([&] { return history(cluster) == 75; }, 60s)) << cluster.logs();
+
+  std::set<long long> limited;
+  {
+    pqxx::nontransaction tx(cluster.db());
+    for (const auto& r : tx.exec("SELECT id FROM job_history WHERE queue = 'limited'"))
+      limited.insert(r[0].as<long long>());
+  }
+  // The most runs of the limited queue at one instant, over the whole cluster.
+  std::vector<std::pair<long long, int>> edges;
+  std::set<std::string> nodes;
+  for (const auto& [job, runs] : read_runs(log)) {
+    if (limited.count(job) == 0) continue;
+    for (const auto& run : runs) {
+      edges.emplace_back(run.start_us, 1);
+      edges.emplace_back(run.end_us, -1);
+      nodes.insert(run.node);
+    }
+  }
+  std::sort(edges.begin(), edges.end());  // an end before a start at the same instant
+  int now = 0, most = 0;
+  for (const auto& [at, step] : edges) {
+    now += step;
+    most = std::max(most, now);
+  }
+  EXPECT_EQ(most, 2) << "the limit of 2 did not hold across the cluster (or was never reached)";
+  EXPECT_GE(nodes.size(), 2u) << "one node ran the whole limited queue: nothing was shared";
+}
+
+TEST(Shards, ANodeWithAnotherShardCountIsRefusedWhileTheOthersRun) {
+  Cluster cluster(unique_schema("shards_mismatch"), 0);
+  cluster.start("n1", {"--shards", "4"});
+  ASSERT_TRUE(settle(cluster, {{"n1", 4}})) << show(shares(cluster)) << cluster.logs();
+  cluster.start("n2", {"--shards", "2"});
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.process("n2").log().find(
+                   "nodes with another shard count are running: "
+                   "n1 (4)") != std::string::npos;
+      },
+      20s))
+      << cluster.logs();
+  EXPECT_NE(cluster.process("n2").log().find("start this node with --shards 4"), std::string::npos)
+      << cluster.process("n2").log();
+  EXPECT_EQ(shares(cluster), (std::map<std::string, int>{{"n1", 4}}));
+  EXPECT_EQ(cluster.count("SELECT value::int FROM settings WHERE key = 'shards'"), 4);
+  // With n1 stopped, the count may change: n2 sets it and leads both shards.
+  cluster.process("n1").signal(SIGTERM);
+  EXPECT_EQ(cluster.process("n1").wait(20s), 0);
+  ASSERT_TRUE(settle(cluster, {{"n2", 2}})) << show(shares(cluster)) << cluster.logs();
+  EXPECT_EQ(cluster.count("SELECT value::int FROM settings WHERE key = 'shards'"), 2);
+}
+
+}  // namespace
