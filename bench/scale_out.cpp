@@ -140,7 +140,7 @@ class Deployment {
       if (k < shards_ / n || k > (shards_ + n - 1) / n) return false;
       total += k;
     }
-    return total == shards_ && static_cast<int>(s.size()) == n;
+    return total == shards_ && static_cast<int>(s.size()) == std::min(n, shards_);
   }
 
   // n sleep jobs spread over the shards, while the queue is paused.

@@ -112,6 +112,10 @@ bool Balancer::may_stand(int shard) {
   return stand_until_ns_.compare_exchange_strong(until, now + 10'000'000);
 }
 
+void Balancer::stood(bool won) {
+  if (!won) stand_until_ns_.store(0);
+}
+
 void Balancer::loop() {
   std::unique_ptr<pqxx::connection> conn;
   detail::Backoff backoff(Millis(100), Millis(2000));
@@ -175,7 +179,7 @@ void Balancer::pass(pqxx::connection& conn) {
     }
   }
   orphaned_.store(mismatch ? 0 : orphaned);
-  held_.store(held);
+  const auto freed = held_.exchange(held) & ~held;
   auto self = std::find(live.begin(), live.end(), config_.node_id);
   if (aside()) {
     target_.store(0);
@@ -188,10 +192,17 @@ void Balancer::pass(pqxx::connection& conn) {
   const int nodes = static_cast<int>(live.size());
   const int rank = static_cast<int>(self - live.begin());
   const int target = mismatch ? 0 : shards_ / nodes + (rank < shards_ % nodes ? 1 : 0);
-  if (target != target_.exchange(target)) {
+  const int before = target_.exchange(target);
+  if (target != before) {
     spdlog::info("fair share: {} of {} shards ({} live nodes), leading {}", target, shards_, nodes,
                  led());
   }
+  // A node died or left (its shards are free, or are about to be): try at once, not at the
+  // electors' next retry.
+  if ((freed != 0 || target > before || nodes < last_live_) && led() < target && hooks_.nudge) {
+    hooks_.nudge();
+  }
+  last_live_ = nodes;
   // Over the share: hand one shard over, at most once a second, highest-numbered first.
   if (led() > target && Clock::now() >= next_hand_over_) {
     next_hand_over_ = Clock::now() + config_.hand_over_every;

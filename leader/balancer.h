@@ -52,6 +52,8 @@ struct BalancerConfig {
 struct BalancerHooks {
   // Drains shard k's jobs and releases its lock (blocks until released or failed).
   std::function<void(int shard)> hand_over;
+  // A shard came free or this node's share grew: the electors should try now.
+  std::function<void()> nudge;
 };
 
 class Balancer {
@@ -65,6 +67,8 @@ class Balancer {
   void start();
   void stop();
   bool may_stand(int shard);
+  // After an attempt may_stand() allowed: a lost one lets the next elector try at once.
+  void stood(bool won);
   // A step-down: this node stands for nothing for `how_long`, and says so in its nodes row
   // (aside()), so that the others count it out and take its shards at once.
   void stand_aside(Millis how_long);
@@ -84,6 +88,7 @@ class Balancer {
   std::atomic<bool> count_mismatch_{false};
   std::atomic<std::uint64_t> orphaned_{0};       // bit k: shard k's lease ended over a second ago
   std::atomic<std::uint64_t> held_{0};           // bit k: a session holds shard k's advisory lock
+  int last_live_ = 0;                            // loop thread only
   std::atomic<std::int64_t> stand_until_ns_{0};  // one attempt at a time
   std::atomic<std::int64_t> aside_until_ns_{0};
   std::atomic<bool> stopping_{false};

@@ -215,6 +215,10 @@ void Elector::yield() {
   waker_.wake();
 }
 
+void Elector::nudge() {
+  if (lease_.epoch() == 0) waker_.wake();
+}
+
 void Elector::request_step_down() {
   const auto e = lease_.epoch();
   if (e != 0) post({Event::step_down, e});
@@ -408,7 +412,9 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
       handle_notifications(conn, held_epoch);
       return;
     }
-    if (!acquire(conn, held_epoch)) {
+    const bool won = acquire(conn, held_epoch);
+    if (config_.stood) config_.stood(won);
+    if (!won) {
       if (Clock::now() >= next_look_around_) {
         next_look_around_ = Clock::now() + kLookAround;
         maybe_evict(conn);

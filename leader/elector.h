@@ -66,6 +66,8 @@ struct ElectorConfig {
   // Asked before every attempt to lead: false keeps this elector from standing (the node leads
   // its fair share already). Unset: always stands.
   std::function<bool()> may_stand{};
+  // Told after each attempt that may_stand() allowed: whether it won the lock.
+  std::function<void(bool won)> stood{};
   std::string label{};  // in log lines, before the epoch: "shard=3 "
 };
 
@@ -96,6 +98,9 @@ class Elector {
   // The node's own step-down request: delivers step_down_requested (if leading), on the event
   // thread, so that the node drains before it calls yield().
   void request_step_down();
+
+  // A follower tries for the lock now rather than at its next retry (a shard may have come free).
+  void nudge();
 
   // True while the election session answered within the last `within`.
   bool reachable(Millis within) const;

@@ -410,7 +410,14 @@ void Node::run() {
     bc.node_group = detail::LockName{c.lock_key, c.region}.group();
     bc.interval = c.retry_interval;
     s.balancer = std::make_unique<leader::Balancer>(
-        bc, leader::BalancerHooks{[&s](int shard) { s.hand_over(shard); }}, s.lease_views());
+        bc,
+        leader::BalancerHooks{[&s](int shard) { s.hand_over(shard); },
+                              [&s] {
+                                if (!s.electors_live.load()) return;
+                                for (auto& e : s.electors)
+                                  e->nudge();
+                              }},
+        s.lease_views());
   }
 
   std::array<char, 256> host{};
@@ -447,6 +454,7 @@ void Node::run() {
         return state;
       };
       ec.may_stand = [b = s.balancer.get(), k] { return b->may_stand(k); };
+      ec.stood = [b = s.balancer.get()](bool won) { b->stood(won); };
       ec.label = "shard=" + std::to_string(k) + " ";
     }
     // The elector's events, routed: it knows neither the consumer nor the callbacks.

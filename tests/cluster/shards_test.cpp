@@ -10,6 +10,8 @@
 #include <regex>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "support/cluster.h"
 #include "support/runs.h"
 
@@ -316,6 +318,43 @@ TEST(Shards, ANodeWithAnotherShardCountIsRefusedWhileTheOthersRun) {
   EXPECT_EQ(cluster.process("n1").wait(20s), 0);
   ASSERT_TRUE(settle(cluster, {{"n2", 2}})) << show(shares(cluster)) << cluster.logs();
   EXPECT_EQ(cluster.count("SELECT value::int FROM settings WHERE key = 'shards'"), 2);
+}
+
+TEST(Shards, ADrillReportsWhereEachShardOfTheFaultedNodeWent) {
+  Cluster cluster(unique_schema("shards_drill"), 0);
+  for (const char* id : {"n1", "n2", "n3"})
+    cluster.start(id, {"--shards", "6"});
+  ASSERT_TRUE(settle(cluster, {{"n1", 2}, {"n2", 2}, {"n3", 2}}))
+      << show(shares(cluster)) << cluster.logs();
+  auto check = [&](const std::string& out, const std::string& faulted) {
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << out << cluster.logs();
+    EXPECT_EQ(j["leader"], faulted);
+    EXPECT_NE(j["next_leader"], faulted) << out;
+    ASSERT_EQ(j["other_shards"].size(), 1u) << out;
+    EXPECT_NE(j["other_shards"][0]["to"], faulted) << out;
+    EXPECT_GE(j["all_shards_moved_ms"].get<long long>(), j["granted_ms"].get<long long>()) << out;
+  };
+  // The drill faults shard 0's leader.
+  auto shard0 = [&] {
+    return query_value(cluster.db(),
+                       "SELECT client_id FROM locks WHERE lock_key = 'baton-leader' "
+                       "AND expires_at > clock_timestamp()");
+  };
+  // A step-down: the node stands aside, and the others take both its shards.
+  auto faulted = shard0();
+  int rc = 0;
+  auto out = ctl(cluster, "--json drill --timeout 20s", &rc);
+  EXPECT_EQ(rc, 0) << out << cluster.logs();
+  check(out, faulted);
+  // Back to 2 each once it stands again; then kill -9 shard 0's leader.
+  ASSERT_TRUE(settle(cluster, {{"n1", 2}, {"n2", 2}, {"n3", 2}}, 30s))
+      << show(shares(cluster)) << cluster.logs();
+  faulted = shard0();
+  out = ctl(cluster, "--json drill --kill --timeout 20s", &rc);
+  EXPECT_EQ(rc, 0) << out << cluster.logs();
+  check(out, faulted);
+  EXPECT_EQ(cluster.process(faulted).wait(5s), 128 + SIGKILL);
 }
 
 }  // namespace

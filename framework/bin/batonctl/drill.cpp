@@ -13,7 +13,6 @@
 #include <thread>
 
 #include <baton/admin.h>
-#include <baton/client.h>
 #include <baton/config.h>
 
 #include "baton/detail/db.h"
@@ -216,7 +215,14 @@ int run_drill(const Global& g, const Options& o) {
     baton::Admin(*conn, g.schema, actor()).request_step_down(leader, "batonctl drill");
     out << "+0 ms      asked " << leader << " (epoch " << epoch << ") to step down\n";
   }
-  baton::Client(g.database_url, g.schema).enqueue("baton.drill", nlohmann::json::object());
+  {
+    // The probe goes to shard 0 (a plain INSERT takes the column's default), whose leader the
+    // drill times; it wakes that leader however the queue's wake keys stand.
+    pqxx::work tx(*conn);
+    tx.exec("INSERT INTO jobs (queue, type, payload) VALUES ('default', 'baton.drill', '{}')");
+    tx.exec_params("SELECT pg_notify($1, 'default')", baton::detail::jobs_channel(g.schema));
+    tx.commit();
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto line = [&out](long long ms, const std::string& what) {
     std::string head = "+" + std::to_string(ms) + " ms";
