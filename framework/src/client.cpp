@@ -36,15 +36,15 @@ constexpr const char* kExistingSql =
     "SELECT id FROM @.jobs WHERE queue = $1 AND idempotency_key = $2";
 
 // $1 queue, $2 type, $3 payload, $4 priority, $5 delay ms, $6 max attempts, $7 timeout ms,
-// $8 count, $9 channel. Copies spread over the shards at random (shard_of without a key, in
-// sql/0012_shards.sql), and it notifies a shard only when its leader may be asleep, as
-// enqueue_many does (leader_busy).
+// $8 count, $9 channel. Copies spread over the shards as shard_of() maps jobs without a key
+// (sql/0012_shards.sql), and it notifies a shard only when its leader may be asleep, as
+// enqueue_many does (leader_busy's keys).
 constexpr const char* kCopiesSql = R"sql(
-WITH n AS (SELECT coalesce((SELECT value::int FROM @.settings WHERE key = 'shards'), 1) AS shards),
+WITH n AS (SELECT @.shard_count() AS shards),
 ins AS (
   INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, timeout_ms, shard)
   SELECT $1, $2, $3::jsonb, $4, now() + $5::bigint * interval '1 millisecond', $6,
-         nullif($7::int, 0), floor(random() * n.shards)::int
+         nullif($7::int, 0), @.shard_of(NULL, n.shards)
     FROM generate_series(1, $8::int), n
   RETURNING id, shard),
 wake AS (
