@@ -26,8 +26,9 @@ SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid))
 }  // namespace
 
 std::unique_ptr<PeriodicService> make_rescuer(const detail::ConnectOptions& connect,
-                                              RescuerConfig config, detail::LockName lock,
-                                              std::string node_id, RescuerHooks hooks) {
+                                              const RescuerConfig& config,
+                                              const detail::LockName& lock, std::string node_id,
+                                              RescuerHooks hooks) {
   return std::make_unique<PeriodicService>(
       "rescuer", connect, config.interval,
       [config, node_group = config.node_group.empty() ? lock.group() : config.node_group, lock,

@@ -38,7 +38,8 @@ struct RescuerHooks {
 };
 
 std::unique_ptr<PeriodicService> make_rescuer(const detail::ConnectOptions& connect,
-                                              RescuerConfig config, detail::LockName lock,
-                                              std::string node_id, RescuerHooks hooks);
+                                              const RescuerConfig& config,
+                                              const detail::LockName& lock, std::string node_id,
+                                              RescuerHooks hooks);
 
 }  // namespace baton::worker

@@ -246,6 +246,7 @@ int run_drill(const Global& g, const Options& o) {
     bool all_moved = true;
     if (!shards.empty()) {
       std::vector<std::string> keys;
+      keys.reserve(shards.size());
       for (const auto& m : shards)
         keys.push_back(m.key);
       for (const auto& r : query(kShardHoldersSql, o.region, baton::detail::text_array(keys), t0)) {
