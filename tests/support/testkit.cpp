@@ -102,6 +102,23 @@ int Process::wait(std::chrono::milliseconds timeout) {
   return -1;
 }
 
+bool Process::wait_stopped(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0 || reaped_) return false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WUNTRACED | WNOHANG);
+    if (r == pid_ && WIFSTOPPED(status)) return true;
+    if (r == pid_) {  // it exited instead
+      status_ = status;
+      reaped_ = true;
+      return false;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 bool Process::running() {
   if (pid_ <= 0 || reaped_) return false;
   return wait(0ms) == -1 && !reaped_;

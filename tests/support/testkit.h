@@ -35,6 +35,9 @@ class Process {
   // Waits for the process to exit; returns its exit code (128 + signal when killed), or -1 when
   // it did not exit within the timeout.
   int wait(std::chrono::milliseconds timeout);
+  // After a SIGSTOP: waits until every thread of the process has stopped (the kernel reports the
+  // group stop to the parent). False when it did not within the timeout.
+  bool wait_stopped(std::chrono::milliseconds timeout);
   bool running();
   std::string log() const;
   const std::string& log_path() const { return log_path_; }
