@@ -30,8 +30,10 @@ constexpr const char* kTryLockSql = "SELECT pg_try_advisory_lock(" BATON_LOCK_KE
 constexpr auto kLookAround = std::chrono::milliseconds(100);
 
 // Epochs come from one sequence (sql/0012_shards.sql), so they never repeat across the rows of a
-// deployment's shards; a row whose epoch is ahead of the sequence (written by hand, or restored)
-// still gets a larger one, and the sequence moves past it.
+// deployment's shards (a node that leads two shards tells their runs apart by epoch). A row whose
+// epoch is ahead of the sequence (granted by a node of an older version during an upgrade, or
+// written by hand) still gets a larger one, and only then is the sequence moved past it: an
+// unconditional setval() could move it back under a concurrent grant of another shard.
 // Returns the new epoch and the previous holder (NULL on the very first grant). Nothing when
 // this backend does not hold the advisory lock: the statement ran on another server session than
 // the lock (a transaction pooler), and granting would make two leaders. The grant's row in the
@@ -47,7 +49,9 @@ granted AS (
   INSERT INTO locks AS l (lock_key, region, client_id, created_date, epoch, renewed_at,
                           expires_at, holder_pid, holder_host)
   SELECT $1, $2, $3, now(),
-         setval('epochs', greatest(nextval('epochs'), (SELECT max(epoch) + 1 FROM previous))),
+         (SELECT CASE WHEN a.after > s.next THEN setval('epochs', a.after) ELSE s.next END
+            FROM (SELECT nextval('epochs') AS next) s,
+                 (SELECT coalesce(max(epoch) + 1, 0) AS after FROM previous) a),
          clock_timestamp(),
          clock_timestamp() + $4::bigint * interval '1 millisecond', pg_backend_pid(), $5
    WHERE EXISTS (SELECT 1 FROM mine)
@@ -407,6 +411,12 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
     yield_requested_.store(false);
     if (Clock::now() < hold_off_until_ || (config_.may_stand && !config_.may_stand())) {
       touch_node_row(conn, false);
+      // A shard this node does not stand for may still be held by a stranger (a session that is
+      // no node, before any node wrote the shard's lock row): looked for now and then.
+      if (config_.may_stand && Clock::now() >= next_aside_look_) {
+        next_aside_look_ = Clock::now() + std::chrono::seconds(1);
+        check_lock_holder(conn);
+      }
       keep_alive(conn);
       wait(conn.sock(), config_.retry_interval);
       handle_notifications(conn, held_epoch);

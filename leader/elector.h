@@ -162,6 +162,7 @@ class Elector {
   std::chrono::steady_clock::time_point next_control_check_{};
   std::chrono::steady_clock::time_point next_step_down_allowed_{};
   std::chrono::steady_clock::time_point next_look_around_{};
+  std::chrono::steady_clock::time_point next_aside_look_{};  // stranger check while aside
   int stranger_pid_ = 0;
   std::chrono::steady_clock::time_point stranger_since_{};
   std::chrono::steady_clock::time_point last_stranger_report_{};

@@ -86,6 +86,29 @@ TEST(HostileCluster, AStrangerHoldingTheLeaderLockIsReportedThenEndedOnceTheNode
   EXPECT_THROW(pqxx::nontransaction(squatter).exec("SELECT 1"), pqxx::broken_connection);
 }
 
+TEST(HostileCluster, AStrangerHoldingAShardNoNodeLedYetIsEndedAndTheShardLed) {
+  const auto schema = unique_schema("shard_squatter");
+  const auto stranger = role_name(schema, "stranger");
+  Cluster cluster(schema, 0);
+  { pqxx::nontransaction(cluster.db()).exec("CREATE ROLE " + stranger + " LOGIN"); }
+  // Shard 3 has no lock row yet: the stranger takes its key before any node stands.
+  pqxx::connection squatter(url_as(stranger));
+  pqxx::nontransaction(squatter).exec("SELECT pg_advisory_lock(hashtextextended('" + schema +
+                                      "/default/baton-leader:3', 0))");
+  cluster.start("a", {"--shards", "4"});
+  cluster.start("b", {"--shards", "4"});
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.count("SELECT count(*) FROM locks WHERE expires_at > clock_timestamp()") ==
+               4;
+      },
+      30s))
+      << "shard 3 stayed without a leader\n"
+      << cluster.logs();
+  EXPECT_NE(cluster.logs().find("ended it"), std::string::npos) << cluster.logs();
+  EXPECT_THROW(pqxx::nontransaction(squatter).exec("SELECT 1"), pqxx::broken_connection);
+}
+
 TEST(HostileCluster, AJobThatTakesItsNodeDownRunsAtMostMaxAttemptsThenIsDeadAsCrashed) {
   const auto schema = unique_schema("crasher");
   Cluster cluster(schema, 2);

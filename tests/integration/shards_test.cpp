@@ -1,0 +1,125 @@
+// Shards with the nodes in this process, so that the sanitizer runs see the balancer, its
+// hand-over thread and the consumer's lanes at work: two nodes share the shards, the second one's
+// arrival moves shards by graceful hand-over, and epochs stay unique across the shards' rows.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include "support/node_runner.h"
+#include "support/schema_test.h"
+#include "support/support.h"
+
+namespace {
+
+using namespace baton::test;
+using baton::Client;
+using baton::JobContext;
+using baton::Node;
+
+class ShardsInProcess : public SchemaTest {
+ protected:
+  baton::NodeConfig config(const std::string& id) {
+    auto c = test_config(schema_, id);
+    c.shards = 4;
+    return c;
+  }
+  // Valid leases by node.
+  std::map<std::string, long long> shares() {
+    std::map<std::string, long long> out;
+    pqxx::nontransaction tx(*db_);
+    for (const auto& r : tx.exec("SELECT client_id, count(*) FROM locks "
+                                 "WHERE expires_at > clock_timestamp() GROUP BY 1")) {
+      out[r[0].c_str()] = r[1].as<long long>();
+    }
+    return out;
+  }
+};
+
+TEST_F(ShardsInProcess, ASecondNodeTakesItsShareByHandOverAndEveryJobRunsOnce) {
+  std::mutex m;
+  std::map<std::int64_t, int> runs;
+  std::map<std::string, int> by_node;
+  auto setup = [&](Node& node) {
+    node.handle("nap", [&, id = node.config().node_id](JobContext& ctx) {
+      {
+        std::lock_guard lock(m);
+        ++runs[ctx.job().id];
+        ++by_node[id];
+      }
+      std::this_thread::sleep_for(10ms);
+    });
+  };
+  RunningNode n1(config("n1"), setup);
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return shares() == std::map<std::string, long long>{{"n1", 4}};
+      },
+      20s))
+      << n1.error();
+  constexpr int kJobs = 600;
+  Client(database_url(), schema_).enqueue_copies("nap", {}, kJobs);
+  EXPECT_GT(count("SELECT count(DISTINCT shard) FROM jobs"), 1);
+  {
+    RunningNode n2(config("n2"), setup);
+    ASSERT_TRUE(wait_for(
+        [&] {
+          return shares() == std::map<std::string, long long>{{"n1", 2}, {"n2", 2}};
+        },
+        20s))
+        << n1.error() << n2.error();
+    ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", kJobs));
+  }
+  // n2 stopped (gracefully): its shards come back to n1.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return shares() == std::map<std::string, long long>{{"n1", 4}};
+      },
+      20s));
+  std::lock_guard lock(m);
+  EXPECT_EQ(runs.size(), static_cast<std::size_t>(kJobs));
+  for (const auto& [id, n] : runs)
+    EXPECT_EQ(n, 1) << "job " << id << " ran " << n << " times";
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE attempts <> 1"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM leadership_events WHERE event = 'released' "
+                  "AND reason = 'stepped_down'") > 0,
+            true)
+      << "no shard was handed over";
+}
+
+TEST_F(ShardsInProcess, EpochsStayUniqueAcrossShardsWhenARowIsAheadOfTheSequence) {
+  // A lock row granted by a node of an older version during an upgrade (or written by hand) is
+  // ahead of the epochs sequence: its next grant is larger still, and so is every later one.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) "
+        "VALUES ('baton-leader', 'default', 'old', 1000, now() - interval '1 minute')");
+  }
+  RunningNode n1(config("n1"), [](Node&) {});
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return shares() == std::map<std::string, long long>{{"n1", 4}};
+      },
+      20s))
+      << n1.error();
+  EXPECT_EQ(count("SELECT epoch FROM locks WHERE lock_key = 'baton-leader'"), 1001);
+  EXPECT_EQ(count("SELECT count(DISTINCT epoch) FROM locks"), 4);
+  // The other shards lose their leases (the server ends their election sessions) and are granted
+  // again: from the sequence, now past 1001.
+  const auto before = count("SELECT max(epoch) FROM locks WHERE lock_key <> 'baton-leader'");
+  count(
+      "SELECT count(*) FILTER (WHERE pg_terminate_backend(holder_pid)) FROM locks "
+      "WHERE lock_key <> 'baton-leader'");
+  ASSERT_TRUE(
+      wait_count("SELECT count(*) FROM locks WHERE lock_key <> 'baton-leader' AND epoch > " +
+                     std::to_string(before) + " AND expires_at > clock_timestamp()",
+                 3, 20s))
+      << n1.error();
+  EXPECT_EQ(count("SELECT count(*) FROM locks WHERE lock_key <> 'baton-leader' AND epoch <= 1001"),
+            0)
+      << "a shard drew an epoch the sequence had not moved past";
+  EXPECT_EQ(count("SELECT count(DISTINCT epoch) FROM locks"), 4);
+}
+
+}  // namespace
