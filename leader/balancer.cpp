@@ -62,7 +62,8 @@ Balancer::Balancer(BalancerConfig config, BalancerHooks hooks,
       shards_(static_cast<int>(leases_.size())),
       // Until the first pass: a node alone leads everything; a node among others learns its
       // share within a pass (before any of its electors has won much).
-      target_(0) {}
+      target_(0),
+      keep_until_(leases_.size()) {}
 
 Balancer::~Balancer() {
   stop();
@@ -78,6 +79,8 @@ void Balancer::stop() {
   detail::CallWatch::instance().abort(detail::owner_of(this));
   if (thread_.joinable()) thread_.join();
   detail::CallWatch::instance().end_abort(detail::owner_of(this));
+  // A hand-over in progress ends within the grace (drain_shard's bound).
+  if (hand_over_thread_.joinable()) hand_over_thread_.join();
 }
 
 int Balancer::led() const {
@@ -104,16 +107,20 @@ bool Balancer::may_stand(int shard) {
   // A shard some session holds is not worth an attempt (as of the last pass).
   if ((held_.load() >> shard) & 1U) return false;
   if (led() >= target_.load()) return false;
-  // One attempt at a time: a grant takes a round trip or two; until it is counted, another
-  // elector of this node waits.
+  // One attempt at a time: a grant takes a round trip or two (more with a synchronous standby);
+  // until it is counted, another elector of this node waits. The time limit only covers an
+  // attempt that never reported (its elector's connection failed mid-way).
   const auto now = now_ns();
-  auto until = stand_until_ns_.load();
-  if (now < until) return false;
-  return stand_until_ns_.compare_exchange_strong(until, now + 10'000'000);
+  std::lock_guard lock(standing_mutex_);
+  if (standing_ >= 0 && now < stand_until_ns_) return false;
+  standing_ = shard;
+  stand_until_ns_ = now + 2'000'000'000;
+  return true;
 }
 
-void Balancer::stood(bool won) {
-  if (!won) stand_until_ns_.store(0);
+void Balancer::stood(int shard) {
+  std::lock_guard lock(standing_mutex_);
+  if (standing_ == shard) standing_ = -1;
 }
 
 void Balancer::loop() {
@@ -203,15 +210,26 @@ void Balancer::pass(pqxx::connection& conn) {
     hooks_.nudge();
   }
   last_live_ = nodes;
-  // Over the share: hand one shard over, at most once a second, highest-numbered first.
-  if (led() > target && Clock::now() >= next_hand_over_) {
+  // Over the share: hand one shard over, one at a time and at most every hand_over_every,
+  // highest-numbered first, skipping shards that were just kept.
+  if (handing_over_.load() < 0 && hand_over_thread_.joinable()) hand_over_thread_.join();
+  if (const int kept = kept_shard_.exchange(-1); kept >= 0) {
+    keep_until_[static_cast<std::size_t>(kept)] = Clock::now() + config_.hand_over_retry;
+  }
+  if (led() > target && handing_over_.load() < 0 && Clock::now() >= next_hand_over_) {
     next_hand_over_ = Clock::now() + config_.hand_over_every;
     for (int k = shards_ - 1; k >= 0; --k) {
-      if (leases_[static_cast<std::size_t>(k)]->epoch() != 0) {
-        spdlog::info("handing shard {} over: leading {}, fair share {}", k, led(), target);
-        hooks_.hand_over(k);
-        break;
-      }
+      const auto i = static_cast<std::size_t>(k);
+      if (leases_[i]->epoch() == 0 || Clock::now() < keep_until_[i]) continue;
+      spdlog::info("handing shard {} over: leading {}, fair share {}", k, led(), target);
+      handing_over_.store(k);
+      // On a thread of its own: the drain may take up to the grace, and the passes go on.
+      hand_over_thread_ = std::thread([this, k] {
+        if (!hooks_.hand_over(k)) kept_shard_.store(k);
+        handing_over_.store(-1);
+        waker_.wake();
+      });
+      break;
     }
   }
 }

@@ -17,10 +17,12 @@
 // A node that was asked to step down stands aside for a while: its row says "stepping_down", the
 // others count it out, and it counts itself out of their targets too.
 // A node over its target hands one shard over (the highest-numbered, shard 0 last) at most every
-// 250 ms, gracefully: its jobs drain, then its elector releases the lock and notifies, and a
-// node under its target takes it.
+// 250 ms, gracefully, on a thread of its own (the passes go on meanwhile): its jobs drain, then
+// its elector releases the lock and notifies, and a node under its target takes it. A shard whose
+// jobs did not drain within the grace stays, and is not tried again for a while.
 //
-// Thread-safety: may_stand() from any thread; start()/stop() from the owner thread.
+// Thread-safety: may_stand()/stood() from the electors' threads (a mutex guards the attempt in
+// progress); start()/stop() from the owner thread; the rest is atomics or the loop thread's own.
 #pragma once
 
 #include <atomic>
@@ -47,11 +49,14 @@ struct BalancerConfig {
   std::string node_group;              // shard 0's "<region>/<lock_key>", as nodes rows say
   Millis interval{25};
   Millis hand_over_every{250};
+  // After a hand-over that kept its shard, that shard is not handed over again for this long.
+  Millis hand_over_retry{10000};
 };
 
 struct BalancerHooks {
-  // Drains shard k's jobs and releases its lock (blocks until released or failed).
-  std::function<void(int shard)> hand_over;
+  // Drains shard k's jobs and releases its lock (blocks until released or failed). False when it
+  // kept the shard (its jobs did not drain in time).
+  std::function<bool(int shard)> hand_over;
   // A shard came free or this node's share grew: the electors should try now.
   std::function<void()> nudge;
 };
@@ -67,8 +72,9 @@ class Balancer {
   void start();
   void stop();
   bool may_stand(int shard);
-  // After an attempt may_stand() allowed: a lost one lets the next elector try at once.
-  void stood(bool won);
+  // After an attempt may_stand() allowed: the next elector may try (a won shard counts as led
+  // from now on).
+  void stood(int shard);
   // A step-down: this node stands for nothing for `how_long`, and says so in its nodes row
   // (aside()), so that the others count it out and take its shards at once.
   void stand_aside(Millis how_long);
@@ -86,13 +92,21 @@ class Balancer {
   const int shards_;
   std::atomic<int> target_;
   std::atomic<bool> count_mismatch_{false};
-  std::atomic<std::uint64_t> orphaned_{0};       // bit k: shard k's lease ended over a second ago
-  std::atomic<std::uint64_t> held_{0};           // bit k: a session holds shard k's advisory lock
-  int last_live_ = 0;                            // loop thread only
-  std::atomic<std::int64_t> stand_until_ns_{0};  // one attempt at a time
+  std::atomic<std::uint64_t> orphaned_{0};  // bit k: shard k's lease ended over a second ago
+  std::atomic<std::uint64_t> held_{0};      // bit k: a session holds shard k's advisory lock
+  int last_live_ = 0;                       // loop thread only
+  // One attempt at a time: the shard trying (-1: none), until stood() or a time limit.
+  std::mutex standing_mutex_;
+  int standing_ = -1;                // under standing_mutex_
+  std::int64_t stand_until_ns_ = 0;  // under standing_mutex_
   std::atomic<std::int64_t> aside_until_ns_{0};
   std::atomic<bool> stopping_{false};
+  // Loop thread only:
   std::chrono::steady_clock::time_point next_hand_over_{};
+  std::vector<std::chrono::steady_clock::time_point> keep_until_;  // by shard: not handed over
+  std::thread hand_over_thread_;
+  std::atomic<int> handing_over_{-1};  // the shard being handed over (-1: none)
+  std::atomic<int> kept_shard_{-1};    // a shard the last hand-over kept (-1: none)
   detail::Waker waker_;
   std::thread thread_;
 };

@@ -96,10 +96,14 @@ std::size_t Completer::pending() const {
   return queued() + in_flight_;
 }
 
-bool Completer::wait_settled(Millis timeout) {
+std::uint64_t Completer::added() const {
+  std::lock_guard lock(mutex_);
+  return added_;
+}
+
+bool Completer::wait_settled(std::uint64_t mark, Millis timeout) {
   std::unique_lock lock(mutex_);
-  const auto target = added_;
-  return flushed_cv_.wait_for(lock, timeout, [&] { return settled_ >= target; });
+  return flushed_cv_.wait_for(lock, timeout, [&] { return settled_ >= mark; });
 }
 
 bool Completer::wait_flushed(Millis timeout) {

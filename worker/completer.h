@@ -42,8 +42,11 @@ class Completer {
   std::size_t pending() const;
   // Blocks until every outcome added so far is written (or fenced), or the timeout passes.
   bool wait_flushed(Millis timeout);
-  // The same for the outcomes added before this call only (others may keep arriving: shards).
-  bool wait_settled(Millis timeout);
+  // How many outcomes were added so far: a mark for wait_settled().
+  std::uint64_t added() const;
+  // Blocks until the first `mark` outcomes ever added are written (or fenced, or given up), or
+  // the timeout passes; outcomes added later do not delay it (shards: the others go on).
+  bool wait_settled(std::uint64_t mark, Millis timeout);
 
  private:
   void loop();

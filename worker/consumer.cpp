@@ -92,6 +92,7 @@ void Consumer::granted(int shard, std::int64_t epoch) {
   std::lock_guard lock(mutex_);
   auto& lane = lanes_.at(static_cast<std::size_t>(shard));
   lane.epoch = epoch;
+  drained_ = false;
   // Runs of an earlier epoch of this node stay cancelled: the rescue leaves them alone (they
   // still run here), and their outcomes are fenced.
   executor_.accept(epoch);
@@ -138,15 +139,22 @@ void Consumer::revoked(int shard, std::int64_t epoch) {
 }
 
 bool Consumer::drain(Millis grace) {
-  std::lock_guard lock(mutex_);
   const auto deadline = std::chrono::steady_clock::now() + grace;
   std::vector<std::int64_t> epochs;
-  for (auto& lane : lanes_) {
-    lane.poller->stop();
-    if (lane.epoch != 0) epochs.push_back(lane.epoch);
+  {
+    // Only the stop is under the mutex: the waits below must not hold up a revoke (or a grant)
+    // of a shard that this drain does not wait for.
+    std::lock_guard lock(mutex_);
+    for (auto& lane : lanes_) {
+      lane.poller->stop();
+      lane.poller->join();  // a claim that came back is submitted, and released, before the wait
+      if (lane.epoch != 0) epochs.push_back(lane.epoch);
+    }
+    // Claimed jobs that have not started go back to the queue now rather than delay the
+    // handover.
+    executor_.stop_accepting();
+    drained_ = true;
   }
-  // Claimed jobs that have not started go back to the queue now rather than delay the handover.
-  executor_.stop_accepting();
   const bool idle = executor_.wait_idle(grace);
   if (!idle) spdlog::warn("shutdown grace ran out with handlers still running; abandoning them");
   // The outcomes are worth waiting for while this node leads; once its leases have ended, the
@@ -163,22 +171,40 @@ bool Consumer::drain(Millis grace) {
 }
 
 bool Consumer::drain_shard(int shard, Millis grace) {
-  std::lock_guard lock(mutex_);
-  auto& lane = lanes_.at(static_cast<std::size_t>(shard));
-  const auto epoch = lane.epoch;
-  if (epoch == 0) return true;
   const auto deadline = std::chrono::steady_clock::now() + grace;
-  lane.poller->stop();
-  executor_.stop_accepting(epoch);
+  auto& lane = lanes_.at(static_cast<std::size_t>(shard));
+  std::int64_t epoch = 0;
+  {
+    std::lock_guard lock(mutex_);
+    epoch = lane.epoch;
+    if (epoch == 0) return true;
+    lane.poller->stop();
+    lane.poller->join();
+    executor_.stop_accepting(epoch);
+  }
   const bool idle = executor_.wait_epoch_idle(epoch, grace);
-  if (!idle) {
-    spdlog::warn("shard {}: hand-over grace ran out with its handlers still running", shard);
-  }
   bool settled = false;
-  while (!(settled = completer_.wait_settled(Millis(20)))) {
-    if (std::chrono::steady_clock::now() >= deadline || !any_lease_valid(epoch)) break;
+  if (idle) {
+    // Every outcome of the shard's runs (and releases of its claimed jobs) is added by now.
+    const auto mark = completer_.added();
+    while (!(settled = completer_.wait_settled(mark, Millis(20)))) {
+      if (std::chrono::steady_clock::now() >= deadline || !any_lease_valid(epoch)) break;
+    }
   }
-  return idle && settled;
+  if (idle && settled) return true;
+  // Releasing the shard now would let its next leader run again what still runs here (or what
+  // finished and is not recorded yet): keep it, and claim again, while the lease lasts.
+  std::lock_guard lock(mutex_);
+  if (!drained_ && lane.epoch == epoch &&
+      leases_.at(static_cast<std::size_t>(shard))->valid(epoch)) {
+    executor_.accept(epoch);
+    lane.poller->start(epoch);
+  }
+  spdlog::warn("shard {}: not handed over: {} within the grace ({}ms); it stays here for now",
+               shard,
+               idle ? "the outcomes of its jobs were not recorded" : "its handlers did not finish",
+               grace.count());
+  return false;
 }
 
 bool Consumer::shutdown(Millis flush_deadline) {

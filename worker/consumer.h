@@ -7,7 +7,8 @@
 // that for one shard's jobs, before a graceful hand-over of that shard.
 //
 // Thread-safety: granted()/revoked() come from the electors' event threads, drain()/shutdown()
-// from the node's owner thread; an internal mutex orders them.
+// from the node's owner thread, drain_shard() from the hand-over's; an internal mutex orders the
+// starts and stops, and no wait for handlers or outcomes holds it (a revoke is never held up).
 #pragma once
 
 #include <memory>
@@ -56,7 +57,9 @@ class Consumer {
   // written (while the lease lasts: after it, the next leader owns the jobs). True when
   // everything finished and was recorded.
   bool drain(Millis grace);
-  // The same for one shard, whose lease is about to be released: the others go on.
+  // The same for one shard, whose lease is about to be released: the others go on. False when
+  // its handlers did not finish or their outcomes were not written within `grace`: the shard
+  // then claims again (releasing it would let its next leader run those jobs a second time).
   bool drain_shard(int shard, Millis grace);
   // Stops everything; outcomes not written by `flush_deadline` are left (their jobs are rescued
   // later). False when handlers still run: the caller must then keep this object alive (their
@@ -76,6 +79,7 @@ class Consumer {
   bool any_lease_valid(std::int64_t epoch) const;
 
   std::mutex mutex_;
+  bool drained_ = false;  // under mutex_: drain() stopped every lane (until the next grant)
   const std::vector<const detail::Lease*> leases_;
   Completer completer_;
   Executor executor_;

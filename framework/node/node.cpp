@@ -71,32 +71,43 @@ struct Node::Impl {
   std::unique_ptr<leader::Balancer> balancer;              // with shards only
   // What other threads read: set once the electors exist, cleared before they go away.
   std::atomic<bool> electors_live{false};
-  std::mutex yield_mutex;  // one hand-over or step-down at a time
+  // Guards electors_live against the shutdown: held while a step-down, a hand-over, yield() or
+  // the readiness check uses the electors, never across a drain.
+  std::mutex yield_mutex;
 
   std::vector<const detail::Lease*> lease_views() const {
     std::vector<const detail::Lease*> out;
+    out.reserve(leases.size());
     for (const auto& l : leases)
       out.push_back(l.get());
     return out;
   }
 
-  // Drains this node's jobs of the shards it leads, then releases them all (a step-down).
+  // Drains this node's jobs of the shards it leads, then releases them all (a step-down). Runs on
+  // an elector's event thread.
   void step_down_all() {
+    {
+      std::lock_guard lock(yield_mutex);
+      if (!electors_live.load()) return;
+      // With shards, the others take this node's shards (it counts itself out for a while).
+      if (balancer) balancer->stand_aside(Millis(2000) + 4 * config.lock_ttl);
+    }
+    consumer->drain(config.shutdown_grace);
     std::lock_guard lock(yield_mutex);
     if (!electors_live.load()) return;
-    // With shards, the others take this node's shards (it counts itself out for a while).
-    if (balancer) balancer->stand_aside(Millis(2000) + 4 * config.lock_ttl);
-    consumer->drain(config.shutdown_grace);
     for (auto& e : electors)
       e->yield();
   }
 
-  // Drains one shard's jobs, then releases it (a hand-over to a node under its share).
-  void hand_over(int shard) {
+  // Drains one shard's jobs, then releases it (a hand-over to a node under its share). Runs on
+  // the balancer's hand-over thread. False when it kept the shard.
+  bool hand_over(int shard) {
+    if (!electors_live.load()) return false;
+    if (!consumer->drain_shard(shard, config.shutdown_grace)) return false;
     std::lock_guard lock(yield_mutex);
-    if (!electors_live.load()) return;
-    consumer->drain_shard(shard, config.shutdown_grace);
+    if (!electors_live.load()) return false;
     electors.at(static_cast<std::size_t>(shard))->yield();
+    return true;
   }
 
   // With shards: the database's count must be this node's. A deployment whose nodes are all
@@ -246,6 +257,7 @@ void Node::handle_tx(const std::string& type, TxHandler handler, const HandlerOp
 }
 
 void Node::yield() {
+  std::lock_guard lock(impl_->yield_mutex);
   if (!impl_->electors_live.load()) return;
   for (auto& e : impl_->electors)
     e->request_step_down();
@@ -337,6 +349,7 @@ void Node::run() {
       if (!s.schema_ready.load()) return "database not reached yet, or schema not checked";
       // Not ready once the database stopped answering the election session (a partition): the
       // node cannot lead, and if it led it has stepped down.
+      std::lock_guard lock(s.yield_mutex);
       if (!s.electors_live.load() ||
           !s.electors[0]->reachable(std::max(s.config.lock_ttl, Millis(1000)))) {
         return "the database does not answer the election session";
@@ -399,6 +412,7 @@ void Node::run() {
   s.consumer->start();
 
   std::vector<std::string> lock_keys;
+  lock_keys.reserve(static_cast<std::size_t>(c.shards));
   for (int k = 0; k < c.shards; ++k)
     lock_keys.push_back(worker::shard_lock({c.lock_key, c.region}, k).lock_key);
   if (c.shards > 1) {
@@ -409,9 +423,12 @@ void Node::run() {
     bc.lock_keys = lock_keys;
     bc.node_group = detail::LockName{c.lock_key, c.region}.group();
     bc.interval = c.retry_interval;
+    // A shard whose jobs did not drain within the grace claims again for a while before the
+    // next try, so that its queue is stopped a quarter of the time at most.
+    bc.hand_over_retry = std::max(Millis(1000), 3 * c.shutdown_grace);
     s.balancer = std::make_unique<leader::Balancer>(
         bc,
-        leader::BalancerHooks{[&s](int shard) { s.hand_over(shard); },
+        leader::BalancerHooks{[&s](int shard) { return s.hand_over(shard); },
                               [&s] {
                                 if (!s.electors_live.load()) return;
                                 for (auto& e : s.electors)
@@ -454,7 +471,7 @@ void Node::run() {
         return state;
       };
       ec.may_stand = [b = s.balancer.get(), k] { return b->may_stand(k); };
-      ec.stood = [b = s.balancer.get()](bool won) { b->stood(won); };
+      ec.stood = [b = s.balancer.get(), k](bool) { b->stood(k); };
       ec.label = "shard=" + std::to_string(k) + " ";
     }
     // The elector's events, routed: it knows neither the consumer nor the callbacks.
@@ -491,10 +508,14 @@ void Node::run() {
   // lease is still ours, then step down so that a follower takes over at once. Nothing here waits
   // on the network past its bound: calls in flight are cut (detail/call_watch.h).
   spdlog::info("shutting down: draining in-flight jobs (grace {}ms)", c.shutdown_grace.count());
+  // With shards: stand for nothing more (the others count this node out and take its shards the
+  // moment they are released).
+  if (s.balancer) s.balancer->stand_aside(Millis(24L * 3600 * 1000));
   const bool clean = s.consumer->drain(c.shutdown_grace);
+  // Its hand-over in progress, if any, has drained by now (the same grace) and releases.
   if (s.balancer) s.balancer->stop();
   {
-    std::lock_guard lock(s.yield_mutex);  // no hand-over from here on
+    std::lock_guard lock(s.yield_mutex);  // no step-down or hand-over from here on
     s.electors_live.store(false);
   }
   // Shard 0's elector last: it marks the node's row stopped.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <csignal>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -355,6 +356,128 @@ TEST(Shards, ADrillReportsWhereEachShardOfTheFaultedNodeWent) {
   EXPECT_EQ(rc, 0) << out << cluster.logs();
   check(out, faulted);
   EXPECT_EQ(cluster.process(faulted).wait(5s), 128 + SIGKILL);
+}
+
+// The first run of `job` in the run log, if any.
+std::optional<LoggedRun> run_of(const std::string& log, long long job) {
+  const auto runs = read_runs(log);
+  const auto it = runs.find(job);
+  if (it == runs.end() || it->second.empty()) return std::nullopt;
+  return it->second.front();
+}
+
+long long insert_on_shard(Cluster& cluster, int shard, int ms) {
+  pqxx::nontransaction tx(cluster.db());
+  return tx
+      .exec_params(
+          "INSERT INTO jobs (queue, type, payload, shard) VALUES ('default', 'record_run', "
+          "jsonb_build_object('ms', $1::int), $2) RETURNING id",
+          ms, shard)[0][0]
+      .as<long long>();
+}
+
+TEST(Shards, AHandOverThatCannotDrainInTimeKeepsTheShardAndRunsNothingTwice) {
+  Cluster cluster(unique_schema("shards_keep"), 0);
+  const auto log = cluster.dir() + "/runs.log";
+  const std::vector<std::string> flags = {"--shards",         "2", "--run-log", log,
+                                          "--shutdown-grace", "1s"};
+  cluster.start("n1", flags);
+  ASSERT_TRUE(settle(cluster, {{"n1", 2}})) << show(shares(cluster)) << cluster.logs();
+  // A job on shard 1 (the first one handed over) that runs far longer than the grace.
+  const auto long_job = insert_on_shard(cluster, 1, 6000);
+  ASSERT_TRUE(wait_for([&] { return run_of(log, long_job).has_value(); }, 20s)) << cluster.logs();
+  cluster.start("n2", flags);
+  // n1 is over its share of 1; its hand-over of shard 1 cannot drain in 1 s, so it keeps it (and
+  // hands shard 0 over instead).
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.process("n1").log().find("shard 1: not handed over") != std::string::npos;
+      },
+      20s))
+      << cluster.logs();
+  EXPECT_EQ(query_value(cluster.db(),
+                        "SELECT client_id FROM locks WHERE lock_key = 'baton-leader:1' "
+                        "AND expires_at > clock_timestamp()"),
+            "n1");
+  // The kept shard claims again: new jobs on it run while the long one still runs.
+  std::vector<long long> short_jobs;
+  for (int i = 0; i < 5; ++i)
+    short_jobs.push_back(insert_on_shard(cluster, 1, 1));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.count("SELECT count(*) FROM job_history WHERE id = ANY('{" +
+                             std::to_string(short_jobs.front()) + "," +
+                             std::to_string(short_jobs.back()) + "}')") == 2;
+      },
+      20s))
+      << cluster.logs();
+  // The other shard goes to n2 instead, and the long job ends where it started.
+  ASSERT_TRUE(settle(cluster, {{"n1", 1}, {"n2", 1}}, 30s))
+      << show(shares(cluster)) << cluster.logs();
+  EXPECT_EQ(query_value(cluster.db(),
+                        "SELECT client_id FROM locks WHERE lock_key = 'baton-leader' "
+                        "AND expires_at > clock_timestamp()"),
+            "n2");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return cluster.count("SELECT count(*) FROM job_history WHERE id = " +
+                             std::to_string(long_job)) == 1;
+      },
+      30s))
+      << cluster.logs();
+  const auto runs = read_runs(log);
+  ASSERT_EQ(runs.count(long_job), 1u);
+  const auto& long_runs = runs.at(long_job);
+  ASSERT_EQ(long_runs.size(), 1u) << "the long job ran " << long_runs.size() << " times";
+  EXPECT_EQ(long_runs.front().node, "n1");
+  EXPECT_FALSE(long_runs.front().cancelled) << "the hand-over cancelled a running job";
+  for (const auto id : short_jobs) {
+    ASSERT_EQ(runs.count(id), 1u);
+    EXPECT_LT(runs.at(id).front().end_us, long_runs.front().end_us)
+        << "job " << id << " of the kept shard waited for the long job";
+  }
+  EXPECT_EQ(cluster.count("SELECT attempts FROM job_history WHERE id = " +
+                          std::to_string(long_job) + " AND outcome = 'completed'"),
+            1);
+}
+
+TEST(Shards, AShardLostDuringAnotherShardsHandOverCancelsItsRunsAtOnce) {
+  Cluster cluster(unique_schema("shards_lost"), 0);
+  const auto log = cluster.dir() + "/runs.log";
+  // A long grace: a hand-over that holds up the revoke of another shard would hold it this long.
+  const std::vector<std::string> flags = {"--shards",         "2",  "--run-log", log,
+                                          "--shutdown-grace", "30s"};
+  cluster.start("n1", flags);
+  ASSERT_TRUE(settle(cluster, {{"n1", 2}})) << show(shares(cluster)) << cluster.logs();
+  const auto draining = insert_on_shard(cluster, 1, 8000);
+  const auto lost = insert_on_shard(cluster, 0, 8000);
+  ASSERT_TRUE(wait_for([&] { return run_of(log, draining) && run_of(log, lost); }, 20s))
+      << cluster.logs();
+  cluster.start("n2", flags);
+  ASSERT_TRUE(wait_for(
+      [&] { return cluster.process("n1").log().find("handing shard 1 over") != std::string::npos; },
+      20s))
+      << cluster.logs();
+  // n1 loses shard 0 while shard 1 drains: the server ends its election session.
+  cluster.count(
+      "SELECT count(*) FILTER (WHERE pg_terminate_backend(holder_pid)) FROM locks "
+      "WHERE lock_key = 'baton-leader'");
+  // Its run there sees the cancellation at once, before the job runs again elsewhere.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const auto r = run_of(log, lost);
+        return r && r->end_us != std::numeric_limits<long long>::max();
+      },
+      5s))
+      << "the lost shard's run was not cancelled while the other shard drained\n"
+      << cluster.logs();
+  EXPECT_TRUE(run_of(log, lost)->cancelled);
+  ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 2; }, 60s))
+      << cluster.logs();
+  EXPECT_EQ(overlapping_runs(log), "");
+  const auto runs = read_runs(log);
+  EXPECT_EQ(runs.at(draining).size(), 1u) << "the drained job ran again";
+  EXPECT_FALSE(runs.at(draining).front().cancelled);
 }
 
 }  // namespace
