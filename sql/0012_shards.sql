@@ -22,6 +22,11 @@ ALTER TABLE jobs ADD COLUMN shard integer NOT NULL DEFAULT 0;
 DROP INDEX jobs_claim_idx;
 CREATE INDEX jobs_claim_idx ON jobs (shard, priority, run_at, id) WHERE state = 'available';
 
+-- With shards, the leaders of a queue with a concurrency limit claim it one at a time: each
+-- claim locks the queue's row here for its transaction. A row lock, not an advisory lock: only
+-- roles that may update this table (nodes) can take it, so a stranger cannot stall the claims.
+CREATE TABLE queue_gates (queue text COLLATE "C" PRIMARY KEY);
+
 -- What a node says of its shards: the deployment's count as it knows it, and those it leads.
 ALTER TABLE nodes ADD COLUMN shards integer;
 ALTER TABLE nodes ADD COLUMN shards_led integer[];
@@ -299,9 +304,10 @@ BEGIN
 END
 $migration$;
 
--- Roles that write the lock row draw its epochs, and roles that insert jobs (nodes, operators'
--- `dead retry`) map them to shards, so that an upgrade keeps a cluster under restricted roles
--- running. The grants for new deployments are in docs/security.md.
+-- Roles that write the lock row (nodes) draw its epochs and take the queue gates, and roles that
+-- insert jobs (nodes, operators' `dead retry`) map them to shards, so that an upgrade keeps a
+-- cluster under restricted roles running. The grants for new deployments are in
+-- docs/security.md.
 DO $grant$
 DECLARE
   g record;
@@ -314,6 +320,7 @@ BEGIN
   LOOP
     IF g.tab = 'locks' THEN
       EXECUTE format('GRANT USAGE, UPDATE ON SEQUENCE epochs TO %s', g.role);
+      EXECUTE format('GRANT SELECT, INSERT, UPDATE ON queue_gates TO %s', g.role);
     ELSE
       EXECUTE format('GRANT EXECUTE ON FUNCTION shard_of(text, integer), shard_count() TO %s',
                      g.role);

@@ -53,11 +53,12 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key
 )sql";
 
-// A queue's cluster-wide concurrency gate (shards): the claims of a limited queue take its key for
-// the length of their transaction, and count the queue's running jobs on every shard.
+// A queue's cluster-wide concurrency gate (shards): the claims of a limited queue lock its
+// queue_gates row for the length of their transaction (created on first use), and count the
+// queue's running jobs on every shard. Only roles that may update queue_gates can hold it.
 constexpr const char* kQueueGateSql =
-    "SELECT pg_catalog.pg_advisory_xact_lock(hashtextextended(current_schema() || '_limit/' || $1, "
-    "0))";
+    "INSERT INTO queue_gates AS g (queue) VALUES ($1) "
+    "ON CONFLICT (queue) DO UPDATE SET queue = excluded.queue";
 constexpr const char* kQueueRunningSql =
     "SELECT count(*) FROM jobs WHERE state = 'running' AND queue = $1";
 

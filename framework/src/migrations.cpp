@@ -106,7 +106,8 @@ SELECT privilege || ' on ' || $1 || '.' || tab AS missing
                ('sagas', 'SELECT'), ('sagas', 'INSERT'), ('sagas', 'UPDATE'), ('sagas', 'DELETE'),
                ('saga_index', 'SELECT'), ('saga_index', 'INSERT'), ('saga_index', 'DELETE'),
                ('leadership_events', 'SELECT'), ('leadership_events', 'INSERT'),
-               ('leadership_events', 'DELETE'))
+               ('leadership_events', 'DELETE'),
+               ('queue_gates', 'SELECT'), ('queue_gates', 'INSERT'), ('queue_gates', 'UPDATE'))
        AS need(tab, privilege)
  WHERE NOT has_table_privilege(quote_ident($1) || '.' || tab, privilege)
 UNION ALL

@@ -6,6 +6,7 @@
 
 #include <pqxx/pqxx>
 
+#include "baton/detail/job_store.h"
 #include "support/roles.h"
 #include "support/schema_test.h"
 
@@ -194,6 +195,42 @@ TEST_F(HostileRoles, OnlyARoleThatMayWriteControlRequestsAsksForAStepDownAndItIs
   EXPECT_EQ(query_value(*db_, "SELECT requested_by FROM control_requests"), operator_);
   EXPECT_EQ(count("SELECT count(*) FROM control_requests WHERE handled_at IS NULL"), 1)
       << "a request arrived already handled";
+}
+
+TEST_F(HostileRoles, NoRoleButTheNodesCanHoldTheGateOfALimitedQueue) {
+  // With shards, the claims of a queue with a concurrency limit take turns on its queue_gates
+  // row. Whoever could hold that row would stall the queue on every shard: no role here can.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("INSERT INTO queue_gates VALUES ('limited')");
+    tx.exec("INSERT INTO jobs (queue, type) SELECT 'limited', 'noop' FROM generate_series(1, 3)");
+    tx.exec(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) "
+        "VALUES ('k', 'r', 'me', 1, now() + interval '1 minute')");
+  }
+  for (const auto& role : {producer_, stranger_, operator_}) {
+    auto attacker = as(role);
+    for (const std::string lock :
+         {"FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE"}) {
+      EXPECT_NE(attempt(*attacker, "SELECT 1 FROM " + q("queue_gates") + " " + lock)
+                    .find("permission denied"),
+                std::string::npos)
+          << role << " took " << lock;
+    }
+    EXPECT_NE(
+        attempt(*attacker, "BEGIN; LOCK TABLE " + q("queue_gates") + " IN ROW SHARE MODE; COMMIT")
+            .find("permission denied"),
+        std::string::npos)
+        << role;
+  }
+  // What a reader may take (an ACCESS SHARE lock, held open) does not stop a limited claim.
+  auto reader = as(operator_);
+  pqxx::work open(*reader);
+  open.exec("LOCK TABLE " + q("queue_gates") + " IN ACCESS SHARE MODE");
+  const auto jobs = baton::detail::claim_jobs(*db_, {{"k", "r"}, "me", 1}, 10,
+                                              {{"limited"}, {}, {"noop"}, false, 0, 2});
+  EXPECT_EQ(jobs.size(), 2u) << "the limit of 2 running jobs, claimed past the reader";
+  open.abort();
 }
 
 }  // namespace
