@@ -215,14 +215,19 @@ int run_drill(const Global& g, const Options& o) {
     baton::Admin(*conn, g.schema, actor()).request_step_down(leader, "batonctl drill");
     out << "+0 ms      asked " << leader << " (epoch " << epoch << ") to step down\n";
   }
-  {
-    // The probe goes to shard 0 (a plain INSERT takes the column's default), whose leader the
-    // drill times; it wakes that leader however the queue's wake keys stand.
+  // The probe goes to shard 0 (a plain INSERT takes the column's default), whose leader the drill
+  // times; it wakes that leader however the queue's wake keys stand.
+  auto send_probe = [&]() {
     pqxx::work tx(*conn);
-    tx.exec("INSERT INTO jobs (queue, type, payload) VALUES ('default', 'baton.drill', '{}')");
+    const auto id = tx.exec1(
+                          "INSERT INTO jobs (queue, type, payload) "
+                          "VALUES ('default', 'baton.drill', '{}') RETURNING id")[0]
+                        .as<std::int64_t>();
     tx.exec_params("SELECT pg_notify($1, 'default')", baton::detail::jobs_channel(g.schema));
     tx.commit();
-  }
+    return id;
+  };
+  auto probe = send_probe();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto line = [&out](long long ms, const std::string& what) {
     std::string head = "+" + std::to_string(ms) + " ms";
@@ -266,7 +271,13 @@ int run_drill(const Global& g, const Options& o) {
     }
     if (granted && !started) {
       const auto r = query(kFirstJobSql, group, next_epoch, next, t0);
-      if (!r[0][0].is_null()) started = r[0][0].as<long long>();
+      if (!r[0][0].is_null()) {
+        started = r[0][0].as<long long>();
+      } else if (query("SELECT 1 FROM jobs WHERE id = $1", probe).empty()) {
+        // The leader asked to step down ran the probe before it stopped claiming: send another
+        // for the new leader to start.
+        probe = send_probe();
+      }
     }
     if (started && all_moved) break;
     if (tty) {
