@@ -16,7 +16,8 @@ using Clock = std::chrono::steady_clock;
 
 // Kind 0: the deployment's shard count. Kind 1: the live nodes, oldest first. Kind 2: the shards
 // whose lease ended over a second ago. Kind 3: the shards whose advisory lock a session holds (the
-// key as the elector derives it). $1 the nodes' group, $2 the schema (sessions are named
+// key as the elector derives it). Kind 4: the shards with a valid lease. $1 the nodes' group, $2
+// the schema (sessions are named
 // "<node id>@<schema>"), $3 the region, $4 the shards' lock keys.
 constexpr const char* kPassSql = R"sql(
 SELECT 0, coalesce((SELECT value FROM settings WHERE key = 'shards'), '1'), NULL::timestamptz
@@ -44,6 +45,10 @@ SELECT 3, k.lock_key, NULL
                                      WHERE datname = current_database())
                   AND p.classid = ((h.key >> 32) & 4294967295)::oid
                   AND p.objid = (h.key & 4294967295)::oid)
+UNION ALL
+SELECT 4, l.lock_key, NULL
+  FROM locks l
+ WHERE l.region = $3 AND l.lock_key = ANY ($4::text[]) AND l.expires_at > clock_timestamp()
 ORDER BY 1, 3, 2
 )sql";
 
@@ -92,7 +97,11 @@ int Balancer::led() const {
 }
 
 void Balancer::stand_aside(Millis how_long) {
-  aside_until_ns_.store(now_ns() + std::chrono::nanoseconds(how_long).count());
+  // The longest of overlapping step-downs wins (a shutdown's stays, whatever comes after it).
+  const auto until = now_ns() + std::chrono::nanoseconds(how_long).count();
+  auto seen = aside_until_ns_.load();
+  while (seen < until && !aside_until_ns_.compare_exchange_weak(seen, until)) {
+  }
   target_.store(0);
   waker_.wake();
 }
@@ -154,6 +163,7 @@ void Balancer::pass(pqxx::connection& conn) {
   std::vector<std::string> live;
   std::uint64_t orphaned = 0;
   std::uint64_t held = 0;
+  std::uint64_t leased = 0;
   int deployment_shards = shards_;
   {
     auto armed = detail::CallWatch::instance().arm(conn, Millis(2000), detail::owner_of(this));
@@ -169,7 +179,8 @@ void Balancer::pass(pqxx::connection& conn) {
       } else {
         const auto it = std::find(config_.lock_keys.begin(), config_.lock_keys.end(), r[1].c_str());
         if (it != config_.lock_keys.end()) {
-          (kind == 2 ? orphaned : held) |= std::uint64_t{1} << (it - config_.lock_keys.begin());
+          auto& bits = kind == 2 ? orphaned : kind == 3 ? held : leased;
+          bits |= std::uint64_t{1} << (it - config_.lock_keys.begin());
         }
       }
     }
@@ -186,6 +197,7 @@ void Balancer::pass(pqxx::connection& conn) {
     }
   }
   orphaned_.store(mismatch ? 0 : orphaned);
+  leased_.store(leased);
   const auto freed = held_.exchange(held) & ~held;
   auto self = std::find(live.begin(), live.end(), config_.node_id);
   if (aside()) {
@@ -212,11 +224,14 @@ void Balancer::pass(pqxx::connection& conn) {
   last_live_ = nodes;
   // Over the share: hand one shard over, one at a time and at most every hand_over_every,
   // highest-numbered first, skipping shards that were just kept.
-  if (handing_over_.load() < 0 && hand_over_thread_.joinable()) hand_over_thread_.join();
+  // Read once: a hand-over thread that ends between two reads would otherwise still be joinable
+  // when the next one is assigned.
+  const bool busy = handing_over_.load() >= 0;
+  if (!busy && hand_over_thread_.joinable()) hand_over_thread_.join();
   if (const int kept = kept_shard_.exchange(-1); kept >= 0) {
     keep_until_[static_cast<std::size_t>(kept)] = Clock::now() + config_.hand_over_retry;
   }
-  if (led() > target && handing_over_.load() < 0 && Clock::now() >= next_hand_over_) {
+  if (led() > target && !busy && Clock::now() >= next_hand_over_) {
     next_hand_over_ = Clock::now() + config_.hand_over_every;
     for (int k = shards_ - 1; k >= 0; --k) {
       const auto i = static_cast<std::size_t>(k);

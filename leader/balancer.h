@@ -79,6 +79,9 @@ class Balancer {
   // (aside()), so that the others count it out and take its shards at once.
   void stand_aside(Millis how_long);
   bool aside() const;
+  // As of the last pass: a session holds shard k's advisory lock and no lease on it is valid (a
+  // stranger, or a holder on its way out).
+  bool may_be_stranger(int shard) const { return ((held_.load() & ~leased_.load()) >> shard) & 1U; }
   int led() const;
   int target() const { return target_.load(); }
 
@@ -94,6 +97,7 @@ class Balancer {
   std::atomic<bool> count_mismatch_{false};
   std::atomic<std::uint64_t> orphaned_{0};  // bit k: shard k's lease ended over a second ago
   std::atomic<std::uint64_t> held_{0};      // bit k: a session holds shard k's advisory lock
+  std::atomic<std::uint64_t> leased_{0};    // bit k: shard k's lock row has a valid lease
   int last_live_ = 0;                       // loop thread only
   // One attempt at a time: the shard trying (-1: none), until stood() or a time limit.
   std::mutex standing_mutex_;

@@ -214,8 +214,8 @@ void Elector::stop() {
   if (events_thread_.joinable()) events_thread_.join();
 }
 
-void Elector::yield() {
-  yield_requested_.store(true);
+void Elector::yield(std::int64_t epoch) {
+  yield_requested_.store(epoch);
   waker_.wake();
 }
 
@@ -397,7 +397,8 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
     // The watchdog revoked the lease while this thread was busy: give the lock up for real.
     throw std::runtime_error("lease ran out before renewal succeeded");
   }
-  if (held_epoch != 0 && yield_requested_.exchange(false)) {
+  if (const auto asked = held_epoch != 0 ? yield_requested_.exchange(-1) : -1;
+      asked == 0 || asked == held_epoch) {
     const auto epoch = held_epoch;
     held_epoch = 0;
     revoke(epoch, RevokeReason::stepped_down);
@@ -408,12 +409,13 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
     return;
   }
   if (held_epoch == 0) {
-    yield_requested_.store(false);
+    yield_requested_.store(-1);
     if (Clock::now() < hold_off_until_ || (config_.may_stand && !config_.may_stand())) {
       touch_node_row(conn, false);
       // A shard this node does not stand for may still be held by a stranger (a session that is
       // no node, before any node wrote the shard's lock row): looked for now and then.
-      if (config_.may_stand && Clock::now() >= next_aside_look_) {
+      if (config_.may_stand && Clock::now() >= next_aside_look_ &&
+          (!config_.may_be_stranger || config_.may_be_stranger())) {
         next_aside_look_ = Clock::now() + std::chrono::seconds(1);
         check_lock_holder(conn);
       }
@@ -422,7 +424,13 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
       handle_notifications(conn, held_epoch);
       return;
     }
-    const bool won = acquire(conn, held_epoch);
+    bool won = false;
+    try {
+      won = acquire(conn, held_epoch);
+    } catch (...) {
+      if (config_.stood) config_.stood(false);  // the next elector need not wait for the limit
+      throw;
+    }
     if (config_.stood) config_.stood(won);
     if (!won) {
       if (Clock::now() >= next_look_around_) {

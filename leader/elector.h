@@ -68,6 +68,9 @@ struct ElectorConfig {
   std::function<bool()> may_stand{};
   // Told after each attempt that may_stand() allowed: whether it won the lock.
   std::function<void(bool won)> stood{};
+  // With may_stand: whether a shard this node stands aside from may be held by a stranger (some
+  // session holds its advisory lock and no lease on it is valid); only then is it looked at.
+  std::function<bool()> may_be_stranger{};
   std::string label{};  // in log lines, before the epoch: "shard=3 "
 };
 
@@ -94,7 +97,9 @@ class Elector {
   // event, and stops both threads. Idempotent.
   void stop();
   // Releases leadership now (if leading) and stays out of elections for a few renew intervals.
-  void yield();
+  // Given an epoch: only the lease of that epoch (a hand-over drained that one; a lease won since
+  // is kept).
+  void yield(std::int64_t epoch = 0);
   // The node's own step-down request: delivers step_down_requested (if leading), on the event
   // thread, so that the node drains before it calls yield().
   void request_step_down();
@@ -148,7 +153,8 @@ class Elector {
   detail::Lease& lease_;
   std::atomic<std::int64_t> last_answer_ns_{0};  // steady clock
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> yield_requested_{false};
+  // A yield asked for: -1 (none), 0 (whatever is held), or the epoch to release.
+  std::atomic<std::int64_t> yield_requested_{-1};
   std::chrono::steady_clock::time_point hold_off_until_{};  // heartbeat thread only
   detail::Waker waker_;
 

@@ -92,7 +92,7 @@ void Consumer::granted(int shard, std::int64_t epoch) {
   std::lock_guard lock(mutex_);
   auto& lane = lanes_.at(static_cast<std::size_t>(shard));
   lane.epoch = epoch;
-  drained_ = false;
+  lane.drained = false;
   // Runs of an earlier epoch of this node stay cancelled: the rescue leaves them alone (they
   // still run here), and their outcomes are fenced.
   executor_.accept(epoch);
@@ -149,11 +149,11 @@ bool Consumer::drain(Millis grace) {
       lane.poller->stop();
       lane.poller->join();  // a claim that came back is submitted, and released, before the wait
       if (lane.epoch != 0) epochs.push_back(lane.epoch);
+      lane.drained = true;
     }
     // Claimed jobs that have not started go back to the queue now rather than delay the
     // handover.
     executor_.stop_accepting();
-    drained_ = true;
   }
   const bool idle = executor_.wait_idle(grace);
   if (!idle) spdlog::warn("shutdown grace ran out with handlers still running; abandoning them");
@@ -195,7 +195,7 @@ bool Consumer::drain_shard(int shard, Millis grace) {
   // Releasing the shard now would let its next leader run again what still runs here (or what
   // finished and is not recorded yet): keep it, and claim again, while the lease lasts.
   std::lock_guard lock(mutex_);
-  if (!drained_ && lane.epoch == epoch &&
+  if (!lane.drained && lane.epoch == epoch &&
       leases_.at(static_cast<std::size_t>(shard))->valid(epoch)) {
     executor_.accept(epoch);
     lane.poller->start(epoch);

@@ -72,14 +72,14 @@ class Consumer {
     std::unique_ptr<Poller> poller;
     std::unique_ptr<PeriodicService> rescuer;
     std::int64_t epoch = 0;  // granted, not yet revoked
+    bool drained = false;    // drain() stopped it (until its next grant)
   };
   // Under mutex_: no more claims, starts or services of `lane`; the runs of `epoch` (0: all)
   // are cancelled.
   void stop_lane(Lane& lane, std::int64_t epoch);
   bool any_lease_valid(std::int64_t epoch) const;
 
-  std::mutex mutex_;
-  bool drained_ = false;  // under mutex_: drain() stopped every lane (until the next grant)
+  std::mutex mutex_;  // guards lanes_' epochs and flags
   const std::vector<const detail::Lease*> leases_;
   Completer completer_;
   Executor executor_;

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -83,8 +84,27 @@ struct Node::Impl {
     return out;
   }
 
+  // A step-down in progress (one at a time, on a thread of its own: every leading elector asks,
+  // and none of their event threads may be held up by the drain; their revokes go on).
+  std::atomic<bool> stepping_down{false};
+  std::thread step_down_thread;  // under yield_mutex
+
+  void request_step_down() {
+    std::lock_guard lock(yield_mutex);
+    if (!electors_live.load() || stepping_down.exchange(true)) return;
+    if (step_down_thread.joinable()) step_down_thread.join();  // the last one, ended
+    step_down_thread = std::thread([this] {
+      try {
+        step_down_all();
+      } catch (const std::exception& e) {
+        spdlog::error("step-down failed: {}", e.what());
+      }
+      stepping_down.store(false);
+    });
+  }
+
   // Drains this node's jobs of the shards it leads, then releases them all (a step-down). Runs on
-  // an elector's event thread.
+  // the step-down thread.
   void step_down_all() {
     {
       std::lock_guard lock(yield_mutex);
@@ -103,10 +123,13 @@ struct Node::Impl {
   // the balancer's hand-over thread. False when it kept the shard.
   bool hand_over(int shard) {
     if (!electors_live.load()) return false;
+    const auto epoch = leases.at(static_cast<std::size_t>(shard))->epoch();
+    if (epoch == 0) return false;
     if (!consumer->drain_shard(shard, config.shutdown_grace)) return false;
     std::lock_guard lock(yield_mutex);
     if (!electors_live.load()) return false;
-    electors.at(static_cast<std::size_t>(shard))->yield();
+    // Only the lease whose jobs drained: one lost and won again meanwhile claims again.
+    electors.at(static_cast<std::size_t>(shard))->yield(epoch);
     return true;
   }
 
@@ -224,6 +247,9 @@ struct Node::Impl {
 Node::Node(NodeConfig config) : impl_(new Impl) {
   config.validate();
   impl_->config = std::move(config);
+  // Made here, before run() starts, so is_leader() and epoch() never race with their making.
+  for (int k = 0; k < impl_->config.shards; ++k)
+    impl_->leases.push_back(std::make_unique<detail::Lease>());
 }
 
 Node::~Node() = default;
@@ -341,8 +367,6 @@ void Node::run() {
                describe_database_url(c.database_url), c.schema, c.threads);
 
   s.metrics = std::make_unique<metrics::Metrics>(c.node_id, c.deployment(), c.shards);
-  for (int k = 0; k < c.shards; ++k)
-    s.leases.push_back(std::make_unique<detail::Lease>());
   s.metrics->pool_busy(0, c.threads, c.threads);
   if (c.metrics_listen != "off") {
     s.metrics->serve(c.metrics_listen, [&s]() -> std::string {
@@ -472,6 +496,7 @@ void Node::run() {
       };
       ec.may_stand = [b = s.balancer.get(), k] { return b->may_stand(k); };
       ec.stood = [b = s.balancer.get(), k](bool) { b->stood(k); };
+      ec.may_be_stranger = [b = s.balancer.get(), k] { return b->may_be_stranger(k); };
       ec.label = "shard=" + std::to_string(k) + " ";
     }
     // The elector's events, routed: it knows neither the consumer nor the callbacks.
@@ -490,7 +515,7 @@ void Node::run() {
     };
     // A step-down drains first, so in-flight outcomes land while the leases are still ours; it
     // releases every shard this node leads.
-    events.step_down_requested = [&s](std::int64_t) { s.step_down_all(); };
+    events.step_down_requested = [&s](std::int64_t) { s.request_step_down(); };
     s.electors.push_back(std::make_unique<leader::Elector>(
         ec, events, *s.leases[static_cast<std::size_t>(k)], s.metrics->shard_observer(k)));
   }
@@ -518,6 +543,8 @@ void Node::run() {
     std::lock_guard lock(s.yield_mutex);  // no step-down or hand-over from here on
     s.electors_live.store(false);
   }
+  // A step-down in progress has drained by now too (the same grace), and finds no electors.
+  if (s.step_down_thread.joinable()) s.step_down_thread.join();
   // Shard 0's elector last: it marks the node's row stopped.
   for (auto it = s.electors.rbegin(); it != s.electors.rend(); ++it)
     (*it)->stop();
