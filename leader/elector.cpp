@@ -33,7 +33,11 @@ constexpr auto kLookAround = std::chrono::milliseconds(100);
 // deployment's shards (a node that leads two shards tells their runs apart by epoch). A row whose
 // epoch is ahead of the sequence (granted by a node of an older version during an upgrade, or
 // written by hand) still gets a larger one, and only then is the sequence moved past it: an
-// unconditional setval() could move it back under a concurrent grant of another shard.
+// unconditional setval() could move it back under a concurrent grant of another shard. One window
+// is left: a grant of another shard between this one's nextval() and setval() may draw a value
+// up to the row's; that needs a row ahead of the sequence, which only a node without shards (an
+// older version, or a hand edit) writes, so a deployment that runs shards catches up on its
+// first grants (shard 0's, at the latest) and never again.
 // Returns the new epoch and the previous holder (NULL on the very first grant). Nothing when
 // this backend does not hold the advisory lock: the statement ran on another server session than
 // the lock (a transaction pooler), and granting would make two leaders. The grant's row in the

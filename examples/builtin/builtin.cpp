@@ -119,7 +119,13 @@ void register_handlers(baton::Node& node, const std::string& run_log) {
     log->line("start " + run + std::to_string(now_us()) + " " + ctx.idempotency_key());
     const int ms = ms_of(ctx);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (std::chrono::steady_clock::now() < until && !ctx.cancelled()) {
+    const auto payload = ctx.payload();
+    const auto release = payload.is_object() && payload.contains("until_exists") &&
+                                 payload["until_exists"].is_string()
+                             ? payload["until_exists"].get<std::string>()
+                             : std::string();
+    while (std::chrono::steady_clock::now() < until && !ctx.cancelled() &&
+           (release.empty() || !std::filesystem::exists(release))) {
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
           until - std::chrono::steady_clock::now(), std::chrono::milliseconds(2)));
     }

@@ -11,7 +11,8 @@
 //          {"fail_attempts": N}, then sleeps {"ms": N}. The table is the operator's:
 //          CREATE TABLE executions (job_id bigint, node text, epoch bigint, attempt int,
 //                                   at timestamptz DEFAULT clock_timestamp()).
-//   record_run: sleeps {"ms": N} (waking early when cancelled) and appends a line to `run_log`
+//   record_run: sleeps {"ms": N} (waking early when cancelled, or once the file named by
+//          {"until_exists": PATH} exists) and appends a line to `run_log`
 //          as it starts and one as it ends, with the time in microseconds since the epoch:
 //            start <job id> <attempt> <epoch> <node> <us> <idempotency key>
 //            end <job id> <attempt> <epoch> <node> <us> <ok|cancelled>

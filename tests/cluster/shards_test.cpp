@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -366,14 +368,26 @@ std::optional<LoggedRun> run_of(const std::string& log, long long job) {
   return it->second.front();
 }
 
-long long insert_on_shard(Cluster& cluster, int shard, int ms) {
+// A record_run job on `shard`; with `release`, it runs until that file exists (two minutes at
+// most), so that a test decides when it ends rather than a guess at how slow the machine is.
+long long insert_on_shard(Cluster& cluster, int shard, int ms, const std::string& release = "") {
   pqxx::nontransaction tx(cluster.db());
   return tx
       .exec_params(
           "INSERT INTO jobs (queue, type, payload, shard) VALUES ('default', 'record_run', "
-          "jsonb_build_object('ms', $1::int), $2) RETURNING id",
-          ms, shard)[0][0]
+          "jsonb_strip_nulls(jsonb_build_object('ms', $1::int, 'until_exists', NULLIF($3, ''))"
+          "), $2) RETURNING id",
+          release.empty() ? ms : 120000, shard, release)[0][0]
       .as<long long>();
+}
+
+bool still_running(const std::string& log, long long job) {
+  const auto r = run_of(log, job);
+  return r && r->end_us == std::numeric_limits<long long>::max();
+}
+
+void release(const std::string& file) {
+  std::ofstream(file) << "go\n";
 }
 
 TEST(Shards, AHandOverThatCannotDrainInTimeKeepsTheShardAndRunsNothingTwice) {
@@ -383,8 +397,9 @@ TEST(Shards, AHandOverThatCannotDrainInTimeKeepsTheShardAndRunsNothingTwice) {
                                           "--shutdown-grace", "1s"};
   cluster.start("n1", flags);
   ASSERT_TRUE(settle(cluster, {{"n1", 2}})) << show(shares(cluster)) << cluster.logs();
-  // A job on shard 1 (the first one handed over) that runs far longer than the grace.
-  const auto long_job = insert_on_shard(cluster, 1, 6000);
+  // A job on shard 1 (the first one handed over) that runs until released, past the grace.
+  const auto go = cluster.dir() + "/release-long";
+  const auto long_job = insert_on_shard(cluster, 1, 0, go);
   ASSERT_TRUE(wait_for([&] { return run_of(log, long_job).has_value(); }, 20s)) << cluster.logs();
   cluster.start("n2", flags);
   // n1 is over its share of 1; its hand-over of shard 1 cannot drain in 1 s, so it keeps it (and
@@ -395,6 +410,7 @@ TEST(Shards, AHandOverThatCannotDrainInTimeKeepsTheShardAndRunsNothingTwice) {
       },
       20s))
       << cluster.logs();
+  ASSERT_TRUE(still_running(log, long_job)) << "the hand-over ended the long job";
   EXPECT_EQ(query_value(cluster.db(),
                         "SELECT client_id FROM locks WHERE lock_key = 'baton-leader:1' "
                         "AND expires_at > clock_timestamp()"),
@@ -418,6 +434,8 @@ TEST(Shards, AHandOverThatCannotDrainInTimeKeepsTheShardAndRunsNothingTwice) {
                         "SELECT client_id FROM locks WHERE lock_key = 'baton-leader' "
                         "AND expires_at > clock_timestamp()"),
             "n2");
+  EXPECT_TRUE(still_running(log, long_job));
+  release(go);
   ASSERT_TRUE(wait_for(
       [&] {
         return cluster.count("SELECT count(*) FROM job_history WHERE id = " +
@@ -449,8 +467,10 @@ TEST(Shards, AShardLostDuringAnotherShardsHandOverCancelsItsRunsAtOnce) {
                                           "--shutdown-grace", "30s"};
   cluster.start("n1", flags);
   ASSERT_TRUE(settle(cluster, {{"n1", 2}})) << show(shares(cluster)) << cluster.logs();
-  const auto draining = insert_on_shard(cluster, 1, 8000);
-  const auto lost = insert_on_shard(cluster, 0, 8000);
+  // Both run until released: the first keeps shard 1's hand-over draining.
+  const auto go = cluster.dir() + "/release";
+  const auto draining = insert_on_shard(cluster, 1, 0, go);
+  const auto lost = insert_on_shard(cluster, 0, 0, go);
   ASSERT_TRUE(wait_for([&] { return run_of(log, draining) && run_of(log, lost); }, 20s))
       << cluster.logs();
   cluster.start("n2", flags);
@@ -472,6 +492,9 @@ TEST(Shards, AShardLostDuringAnotherShardsHandOverCancelsItsRunsAtOnce) {
       << "the lost shard's run was not cancelled while the other shard drained\n"
       << cluster.logs();
   EXPECT_TRUE(run_of(log, lost)->cancelled);
+  EXPECT_TRUE(still_running(log, draining)) << "shard 1's hand-over was over already";
+  EXPECT_EQ(cluster.process("n1").log().find("handing shard 0 over"), std::string::npos);
+  release(go);
   ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 2; }, 60s))
       << cluster.logs();
   EXPECT_EQ(overlapping_runs(log), "");

@@ -217,20 +217,46 @@ TEST_F(HostileRoles, NoRoleButTheNodesCanHoldTheGateOfALimitedQueue) {
                 std::string::npos)
           << role << " took " << lock;
     }
-    EXPECT_NE(
-        attempt(*attacker, "BEGIN; LOCK TABLE " + q("queue_gates") + " IN ROW SHARE MODE; COMMIT")
-            .find("permission denied"),
-        std::string::npos)
-        << role;
+    for (const std::string mode : {"ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
+                                   "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE"}) {
+      std::string refused;
+      try {
+        pqxx::work tx(*attacker);
+        tx.exec("LOCK TABLE " + q("queue_gates") + " IN " + mode + " MODE");
+      } catch (const std::exception& e) {
+        refused = e.what();
+      }
+      EXPECT_NE(refused.find("permission denied"), std::string::npos)
+          << role << " took " << mode << ": " << refused;
+    }
   }
-  // What a reader may take (an ACCESS SHARE lock, held open) does not stop a limited claim.
+  // The key the gate used to be (an advisory lock, which any role may take), held by a stranger,
+  // and what a reader may take (an ACCESS SHARE lock), held open: neither stops a limited claim.
+  auto squatter = as(stranger_);
+  ASSERT_EQ(attempt(*squatter, "SELECT pg_advisory_lock(hashtextextended('" + schema_ +
+                                   "' || '_limit/limited', 0))"),
+            "");
   auto reader = as(operator_);
   pqxx::work open(*reader);
   open.exec("LOCK TABLE " + q("queue_gates") + " IN ACCESS SHARE MODE");
-  const auto jobs = baton::detail::claim_jobs(*db_, {{"k", "r"}, "me", 1}, 10,
-                                              {{"limited"}, {}, {"noop"}, false, 0, 2});
+  const baton::detail::ClaimFilter limited{{"limited"}, {}, {"noop"}, false, 0, 2};
+  pqxx::nontransaction(*db_).exec("SET lock_timeout = '2s'");  // a claim that waits fails
+  const auto jobs = baton::detail::claim_jobs(*db_, {{"k", "r"}, "me", 1}, 10, limited);
   EXPECT_EQ(jobs.size(), 2u) << "the limit of 2 running jobs, claimed past the reader";
   open.abort();
+  // The gate gates: while a node's session holds the row, a limited claim waits for it.
+  auto holder = connect(schema_);
+  pqxx::work held(*holder);
+  held.exec("SELECT 1 FROM queue_gates WHERE queue = 'limited' FOR UPDATE");
+  auto claimer = connect(schema_);
+  pqxx::nontransaction(*claimer).exec("SET lock_timeout = '300ms'");
+  try {
+    baton::detail::claim_jobs(*claimer, {{"k", "r"}, "me", 1}, 10, limited);
+    ADD_FAILURE() << "a limited claim went past a held gate";
+  } catch (const pqxx::sql_error& e) {
+    EXPECT_EQ(e.sqlstate(), "55P03") << e.what();
+  }
+  held.abort();
 }
 
 }  // namespace
