@@ -219,7 +219,12 @@ void Elector::stop() {
 }
 
 void Elector::yield(std::int64_t epoch) {
-  yield_requested_.store(epoch);
+  // Requests merge: any epoch (0) wins over one epoch, a later epoch over an earlier one, so a
+  // stale hand-over's request never drops a step-down's.
+  auto seen = yield_requested_.load();
+  while (seen != 0 && (epoch == 0 || epoch > seen) &&
+         !yield_requested_.compare_exchange_weak(seen, epoch)) {
+  }
   waker_.wake();
 }
 
@@ -418,8 +423,9 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
       touch_node_row(conn, false);
       // A shard this node does not stand for may still be held by a stranger (a session that is
       // no node, before any node wrote the shard's lock row): looked for now and then.
+      // (Also while one is reported, so that its end is seen.)
       if (config_.may_stand && Clock::now() >= next_aside_look_ &&
-          (!config_.may_be_stranger || config_.may_be_stranger())) {
+          (!config_.may_be_stranger || stranger_pid_ != 0 || config_.may_be_stranger())) {
         next_aside_look_ = Clock::now() + std::chrono::seconds(1);
         check_lock_holder(conn);
       }
@@ -436,6 +442,12 @@ void Elector::step(pqxx::connection& conn, std::int64_t& held_epoch) {
       throw;
     }
     if (config_.stood) config_.stood(won);
+    if (won && stranger_pid_ != 0) {
+      // The stranger it reported is gone: the lock is this node's now.
+      stranger_pid_ = 0;
+      spdlog::info("the leader lock is no longer held by a stranger");
+      if (observer_ != nullptr) observer_->stranger_holds_lock(false);
+    }
     if (!won) {
       if (Clock::now() >= next_look_around_) {
         next_look_around_ = Clock::now() + kLookAround;

@@ -124,8 +124,9 @@ void register_handlers(baton::Node& node, const std::string& run_log) {
                                  payload["until_exists"].is_string()
                              ? payload["until_exists"].get<std::string>()
                              : std::string();
+    std::error_code missing;
     while (std::chrono::steady_clock::now() < until && !ctx.cancelled() &&
-           (release.empty() || !std::filesystem::exists(release))) {
+           (release.empty() || !std::filesystem::exists(release, missing))) {
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
           until - std::chrono::steady_clock::now(), std::chrono::milliseconds(2)));
     }

@@ -88,19 +88,29 @@ struct Node::Impl {
   // and none of their event threads may be held up by the drain; their revokes go on).
   std::atomic<bool> stepping_down{false};
   std::thread step_down_thread;  // under yield_mutex
+  bool shutting_down = false;    // under yield_mutex: the shutdown drains; no step-down starts
+
+  ~Impl() {
+    if (step_down_thread.joinable()) step_down_thread.join();
+  }
 
   void request_step_down() {
     std::lock_guard lock(yield_mutex);
-    if (!electors_live.load() || stepping_down.exchange(true)) return;
+    if (!electors_live.load() || shutting_down || stepping_down.exchange(true)) return;
     if (step_down_thread.joinable()) step_down_thread.join();  // the last one, ended
-    step_down_thread = std::thread([this] {
-      try {
-        step_down_all();
-      } catch (const std::exception& e) {
-        spdlog::error("step-down failed: {}", e.what());
-      }
+    try {
+      step_down_thread = std::thread([this] {
+        try {
+          step_down_all();
+        } catch (const std::exception& e) {
+          spdlog::error("step-down failed: {}", e.what());
+        }
+        stepping_down.store(false);
+      });
+    } catch (const std::exception& e) {
       stepping_down.store(false);
-    });
+      spdlog::error("step-down not started: {}", e.what());
+    }
   }
 
   // Drains this node's jobs of the shards it leads, then releases them all (a step-down). Runs on
@@ -536,6 +546,10 @@ void Node::run() {
   // With shards: stand for nothing more (the others count this node out and take its shards the
   // moment they are released).
   if (s.balancer) s.balancer->stand_aside(Millis(24L * 3600 * 1000));
+  {
+    std::lock_guard lock(s.yield_mutex);
+    s.shutting_down = true;
+  }
   const bool clean = s.consumer->drain(c.shutdown_grace);
   // Its hand-over in progress, if any, has drained by now (the same grace) and releases.
   if (s.balancer) s.balancer->stop();
@@ -543,7 +557,8 @@ void Node::run() {
     std::lock_guard lock(s.yield_mutex);  // no step-down or hand-over from here on
     s.electors_live.store(false);
   }
-  // A step-down in progress has drained by now too (the same grace), and finds no electors.
+  // A step-down begun before the shutdown has drained by now too (it started earlier, with the
+  // same grace), and finds no electors.
   if (s.step_down_thread.joinable()) s.step_down_thread.join();
   // Shard 0's elector last: it marks the node's row stopped.
   for (auto it = s.electors.rbegin(); it != s.electors.rend(); ++it)

@@ -493,7 +493,6 @@ TEST(Shards, AShardLostDuringAnotherShardsHandOverCancelsItsRunsAtOnce) {
       << cluster.logs();
   EXPECT_TRUE(run_of(log, lost)->cancelled);
   EXPECT_TRUE(still_running(log, draining)) << "shard 1's hand-over was over already";
-  EXPECT_EQ(cluster.process("n1").log().find("handing shard 0 over"), std::string::npos);
   release(go);
   ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == 2; }, 60s))
       << cluster.logs();

@@ -3,6 +3,7 @@
 // arrival moves shards by graceful hand-over, and epochs stay unique across the shards' rows.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -88,6 +89,48 @@ TEST_F(ShardsInProcess, ASecondNodeTakesItsShareByHandOverAndEveryJobRunsOnce) {
                   "AND reason = 'stepped_down'") > 0,
             true)
       << "no shard was handed over";
+}
+
+TEST_F(ShardsInProcess, YieldDrainsThenHandsEveryShardToTheOtherNode) {
+  // Node::yield() (what a step-down request does): the node drains its running jobs, releases
+  // every shard it leads, and stands aside while the other node takes them all.
+  std::atomic<int> started{0};
+  std::atomic<int> cancelled{0};
+  auto setup = [&](Node& node) {
+    node.handle("slow", [&](JobContext& ctx) {
+      ++started;
+      const auto until = std::chrono::steady_clock::now() + 400ms;
+      while (std::chrono::steady_clock::now() < until && !ctx.cancelled())
+        std::this_thread::sleep_for(5ms);
+      if (ctx.cancelled()) ++cancelled;
+    });
+  };
+  RunningNode n1(config("n1"), setup);
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return shares() == std::map<std::string, long long>{{"n1", 4}};
+      },
+      20s))
+      << n1.error();
+  Client(database_url(), schema_).enqueue_copies("slow", {}, 8);
+  ASSERT_TRUE(wait_for([&] { return started.load() > 0; }, 10s));
+  RunningNode n2(config("n2"), [](Node&) {});  // leads, runs nothing of type "slow"
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const auto now = shares();
+        return now.count("n2") == 1 && now.at("n2") > 0;
+      },
+      20s));
+  n1.node().yield();
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return shares() == std::map<std::string, long long>{{"n2", 4}};
+      },
+      20s))
+      << "n1 still leads after yield()";
+  EXPECT_FALSE(n1.node().is_leader());
+  EXPECT_EQ(cancelled.load(), 0) << "yield() cancelled running jobs instead of draining them";
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome <> 'completed'"), 0);
 }
 
 TEST_F(ShardsInProcess, EpochsStayUniqueAcrossShardsWhenARowIsAheadOfTheSequence) {

@@ -24,6 +24,21 @@ std::string lock_key_sql(const std::string& schema) {
   return "hashtextextended('" + schema + "/default/baton-leader', 0)";
 }
 
+// Once the stranger is gone and a node leads, no node says a stranger holds the lock any more.
+void expect_no_stranger_reported(Cluster& cluster, const std::vector<std::string>& nodes) {
+  std::string pages;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        pages.clear();
+        for (const auto& id : nodes)
+          pages += http_get(cluster.metrics_addr(id), "/metrics");
+        return metric_sum(pages, "baton_lock_held_by_stranger") == 0.0;
+      },
+      10s))
+      << "baton_lock_held_by_stranger stayed up after the stranger was ended\n"
+      << pages;
+}
+
 TEST(HostileCluster, NotifyFloodsFromARoleWithNoGrantsNeitherMoveNorStopLeadership) {
   const auto schema = unique_schema("notify_flood");
   Cluster cluster(schema, 2);
@@ -84,6 +99,7 @@ TEST(HostileCluster, AStrangerHoldingTheLeaderLockIsReportedThenEndedOnceTheNode
   ASSERT_NE(cluster.wait_leader(30s), "") << cluster.logs();
   EXPECT_NE(cluster.logs().find("ended it"), std::string::npos) << cluster.logs();
   EXPECT_THROW(pqxx::nontransaction(squatter).exec("SELECT 1"), pqxx::broken_connection);
+  expect_no_stranger_reported(cluster, {"a", "b"});
 }
 
 TEST(HostileCluster, AStrangerHoldingAShardNoNodeLedYetIsEndedAndTheShardLed) {
@@ -107,6 +123,7 @@ TEST(HostileCluster, AStrangerHoldingAShardNoNodeLedYetIsEndedAndTheShardLed) {
       << cluster.logs();
   EXPECT_NE(cluster.logs().find("ended it"), std::string::npos) << cluster.logs();
   EXPECT_THROW(pqxx::nontransaction(squatter).exec("SELECT 1"), pqxx::broken_connection);
+  expect_no_stranger_reported(cluster, {"a", "b"});
 }
 
 TEST(HostileCluster, AJobThatTakesItsNodeDownRunsAtMostMaxAttemptsThenIsDeadAsCrashed) {

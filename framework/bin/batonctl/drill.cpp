@@ -228,6 +228,7 @@ int run_drill(const Global& g, const Options& o) {
     return id;
   };
   auto probe = send_probe();
+  const auto sent = std::chrono::steady_clock::now();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto line = [&out](long long ms, const std::string& what) {
     std::string head = "+" + std::to_string(ms) + " ms";
@@ -273,10 +274,16 @@ int run_drill(const Global& g, const Options& o) {
       const auto r = query(kFirstJobSql, group, next_epoch, next, t0);
       if (!r[0][0].is_null()) {
         started = r[0][0].as<long long>();
-      } else if (query("SELECT 1 FROM jobs WHERE id = $1", probe).empty()) {
+      } else if (const auto ran = query("SELECT epoch FROM job_history WHERE id = $1", probe);
+                 !ran.empty() && ran[0][0].as<std::int64_t>(0) != next_epoch) {
         // The leader asked to step down ran the probe before it stopped claiming: send another
-        // for the new leader to start.
+        // for the new leader to start (the time to its start includes this poll's delay).
         probe = send_probe();
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - sent)
+                            .count();
+        if (tty) std::cout << "\r";
+        line(ms, "the old leader ran the probe; sent another");
       }
     }
     if (started && all_moved) break;
