@@ -113,8 +113,9 @@ bool Balancer::aside() const {
 bool Balancer::may_stand(int shard) {
   if (count_mismatch_.load() || aside()) return false;
   if ((orphaned_.load() >> shard) & 1U) return true;
-  // A shard some session holds is not worth an attempt (as of the last pass).
-  if ((held_.load() >> shard) & 1U) return false;
+  // A shard some session holds is not worth an attempt (as of the last pass), nor one this node
+  // just lost.
+  if (((held_.load() | lost_.load()) >> shard) & 1U) return false;
   if (led() >= target_.load()) return false;
   // One attempt at a time: a grant takes a round trip or two (more with a synchronous standby);
   // until it is counted, another elector of this node waits. The time limit only covers an
@@ -127,9 +128,15 @@ bool Balancer::may_stand(int shard) {
   return true;
 }
 
-void Balancer::stood(int shard) {
-  std::lock_guard lock(standing_mutex_);
-  if (standing_ == shard) standing_ = -1;
+void Balancer::stood(int shard, bool won) {
+  if (!won) lost_.fetch_or(std::uint64_t{1} << shard);
+  {
+    std::lock_guard lock(standing_mutex_);
+    if (standing_ != shard) return;
+    standing_ = -1;
+  }
+  // Still under the share: the next free shard's elector tries now.
+  if (!aside() && led() < target_.load() && hooks_.nudge) hooks_.nudge();
 }
 
 void Balancer::loop() {
@@ -198,6 +205,7 @@ void Balancer::pass(pqxx::connection& conn) {
   }
   orphaned_.store(mismatch ? 0 : orphaned);
   leased_.store(leased);
+  lost_.store(0);
   const auto freed = held_.exchange(held) & ~held;
   auto self = std::find(live.begin(), live.end(), config_.node_id);
   if (aside()) {

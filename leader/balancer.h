@@ -21,6 +21,9 @@
 // its elector releases the lock and notifies, and a node under its target takes it. A shard whose
 // jobs did not drain within the grace stays, and is not tried again for a while.
 //
+// After each attempt the next elector of a node under its share tries at once (not at its next
+// retry), so that a node that must take several shards takes them a round trip apart.
+//
 // Thread-safety: may_stand()/stood() from the electors' threads (a mutex guards the attempt in
 // progress); start()/stop() from the owner thread; the rest is atomics or the loop thread's own.
 #pragma once
@@ -72,9 +75,9 @@ class Balancer {
   void start();
   void stop();
   bool may_stand(int shard);
-  // After an attempt may_stand() allowed: the next elector may try (a won shard counts as led
-  // from now on).
-  void stood(int shard);
+  // After an attempt may_stand() allowed: the next elector may try at once (a won shard counts
+  // as led from now on; a lost one is not tried again before the next pass).
+  void stood(int shard, bool won);
   // A step-down: this node stands for nothing for `how_long`, and says so in its nodes row
   // (aside()), so that the others count it out and take its shards at once.
   void stand_aside(Millis how_long);
@@ -97,6 +100,7 @@ class Balancer {
   std::atomic<bool> count_mismatch_{false};
   std::atomic<std::uint64_t> orphaned_{0};  // bit k: shard k's lease ended over a second ago
   std::atomic<std::uint64_t> held_{0};      // bit k: a session holds shard k's advisory lock
+  std::atomic<std::uint64_t> lost_{0};      // bit k: an attempt on shard k lost since the pass
   std::atomic<std::uint64_t> leased_{0};    // bit k: shard k's lock row has a valid lease
   int last_live_ = 0;                       // loop thread only
   // One attempt at a time: the shard trying (-1: none), until stood() or a time limit.

@@ -198,6 +198,21 @@ int Executor::busy_in(const std::string& queue) const {
   return it == queue_busy_.end() ? 0 : it->second;
 }
 
+int Executor::in_flight(std::int64_t epoch) const {
+  std::lock_guard lock(runs_mutex_);
+  for (const auto& e : epochs_) {
+    if (e->epoch == epoch && !e->ended.load()) return e->in_flight.load();
+  }
+  return 0;
+}
+
+int Executor::accepted_epochs() const {
+  std::lock_guard lock(runs_mutex_);
+  return static_cast<int>(std::count_if(epochs_.begin(), epochs_.end(), [](const auto& e) {
+    return e->accepted.load() && !e->ended.load();
+  }));
+}
+
 void Executor::submit(detail::ClaimedJob job) {
   const int busy = busy_.fetch_add(1) + 1;
   const int waiting = waiting_.fetch_add(1) + 1;
@@ -206,13 +221,30 @@ void Executor::submit(detail::ClaimedJob job) {
   {
     std::lock_guard lock(runs_mutex_);
     run->epoch = epoch_runs(job.job.epoch);
+    run->epoch->in_flight.fetch_add(1);
     run->cancel_asked.store(job.cancel_requested);
     ++queue_busy_[job.job.queue];
     run->claimed = std::move(job);
     runs_.emplace(run->claimed.job.id, run);
   }
   if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads, concurrency());
-  boost::asio::post(*pool_, [this, run = std::move(run)] { start(run); });
+  {
+    std::lock_guard lock(ready_mutex_);
+    ready_[run->claimed.job.epoch].push_back(std::move(run));
+  }
+  // One task per job; each starts whichever job's turn it is.
+  boost::asio::post(*pool_, [this] { start(next_ready()); });
+}
+
+std::shared_ptr<Executor::Run> Executor::next_ready() {
+  std::lock_guard lock(ready_mutex_);
+  auto it = ready_.upper_bound(last_epoch_);
+  if (it == ready_.end()) it = ready_.begin();
+  auto run = std::move(it->second.front());
+  it->second.pop_front();
+  last_epoch_ = it->first;
+  if (it->second.empty()) ready_.erase(it);
+  return run;
 }
 
 void Executor::start(const std::shared_ptr<Run>& run) {
@@ -257,6 +289,7 @@ void Executor::start(const std::shared_ptr<Run>& run) {
   {
     std::lock_guard lock(runs_mutex_);
     if (--queue_busy_[claimed.job.queue] == 0) queue_busy_.erase(claimed.job.queue);
+    run->epoch->in_flight.fetch_sub(1);
     auto [from, to] = runs_.equal_range(claimed.job.id);
     for (auto it = from; it != to; ++it) {
       if (it->second == run) {

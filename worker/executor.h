@@ -21,7 +21,9 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -85,6 +87,10 @@ class Executor {
   std::vector<std::int64_t> running_ids() const;
   // Jobs of `queue` running now.
   int busy_in(const std::string& queue) const;
+  // With shards: jobs of `epoch` submitted and not finished, and how many epochs may start jobs
+  // now (the shards this node leads).
+  int in_flight(std::int64_t epoch) const;
+  int accepted_epochs() const;
   // Starts the job on a pool thread. The caller made sure a slot is free.
   void submit(detail::ClaimedJob job);
   // Waits until no handler runs, or the timeout passes. True when idle.
@@ -101,6 +107,7 @@ class Executor {
     std::int64_t epoch = 0;
     std::atomic<bool> accepted{false};
     std::atomic<bool> ended{false};
+    std::atomic<int> in_flight{0};  // submitted, not finished
     ~EpochRuns();
   };
   // One submitted job.
@@ -121,6 +128,9 @@ class Executor {
   bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx, const Run& run,
                          double& run_seconds);
   std::shared_ptr<EpochRuns> epoch_runs(std::int64_t epoch);
+  // The next submitted job to start: the epochs (shards) take turns, each in claim order, so that
+  // a shard just won does not wait behind the jobs its node had buffered for its other shards.
+  std::shared_ptr<Run> next_ready();
 
   const ExecutorConfig config_;
   const std::string local_settings_;  // SET LOCAL ... for a pooled handler transaction
@@ -142,6 +152,9 @@ class Executor {
   int running_ = 0;
   std::atomic<int> refill_mark_{0};
   mutable std::mutex runs_mutex_;  // guards queue_busy_, runs_ and epochs_
+  std::mutex ready_mutex_;         // guards ready_ and last_epoch_
+  std::map<std::int64_t, std::deque<std::shared_ptr<Run>>> ready_;  // by epoch: not started
+  std::int64_t last_epoch_ = 0;  // the epoch whose job started last
   std::unordered_map<std::string, int> queue_busy_;
   std::unordered_multimap<std::int64_t, std::shared_ptr<Run>> runs_;
   std::vector<std::shared_ptr<EpochRuns>> epochs_;  // the current and recent epochs

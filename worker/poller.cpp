@@ -154,7 +154,17 @@ Poller::Round Poller::claim_round(Run& run) {
   // Queues with a concurrency limit first, each claimed up to its own free slots; then the rest.
   const int buffer = buffer_size();
   executor_.set_refill_mark(buffer / 2);
-  int room = executor_.free_slots() + buffer;
+  // The node's free places and buffer. With shards, the lanes share them: a shard under its fair
+  // part (a shard just won, on a node busy with its others) claims up to that part even when the
+  // others filled them, rather than wait for them to drain; the overshoot is bounded by that part.
+  auto free_room = [&] {
+    const int total = executor_.free_slots() + buffer;
+    const int lanes = executor_.accepted_epochs();
+    if (lanes <= 1) return total;
+    const int fair = (executor_.concurrency() + buffer + lanes - 1) / lanes;
+    return std::max(total, fair - executor_.in_flight(epoch));
+  };
+  int room = free_room();
   std::vector<std::string> limited;
   for (const auto& [queue, limit] : config_.queue_limits) {
     if (!config_.queues.empty() &&
@@ -167,7 +177,7 @@ Poller::Round Poller::claim_round(Run& run) {
     } else {
       claim(std::min({room, limit - executor_.busy_in(queue), config_.batch_size}), {queue}, {});
     }
-    room = executor_.free_slots() + buffer;
+    room = free_room();
   }
   std::vector<std::string> rest;
   for (const auto& q : config_.queues) {

@@ -505,7 +505,7 @@ void Node::run() {
         return state;
       };
       ec.may_stand = [b = s.balancer.get(), k] { return b->may_stand(k); };
-      ec.stood = [b = s.balancer.get(), k](bool) { b->stood(k); };
+      ec.stood = [b = s.balancer.get(), k](bool won) { b->stood(k, won); };
       ec.may_be_stranger = [b = s.balancer.get(), k] { return b->may_be_stranger(k); };
       ec.label = "shard=" + std::to_string(k) + " ";
     }

@@ -4,7 +4,10 @@
 #include <time.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
@@ -233,6 +236,67 @@ TEST_F(Worker, ClaimedJobsThatHaveNotStartedAreReleasedWhenTheirEpochEnds) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 "
                   "AND first_started_at IS NULL"),
             1);
+}
+
+TEST_F(Worker, TheShardsOfANodeTakeTurnsToStartTheirClaimedJobs) {
+  // A node busy with one shard's jobs wins another shard: that shard's first job starts next,
+  // not behind everything buffered for the first one.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, claimed_at, "
+        "first_started_at) SELECT 'default', 'order', 'running', 1, CASE WHEN i <= 10 THEN 1 "
+        "ELSE 2 END, 'solo', now(), now() FROM generate_series(1, 12) i");
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  bool go = false;
+  std::vector<std::int64_t> epochs;  // of the runs, in start order
+  baton::detail::HandlerRegistry handlers;
+  handlers.add("order", baton::Handler([&](JobContext& ctx) {
+                 std::unique_lock lock(m);
+                 epochs.push_back(ctx.job().epoch);
+                 cv.wait_for(lock, 10s, [&] { return go; });  // the first run holds the thread
+               }));
+  const baton::detail::ConnectOptions connect{.url = database_url(), .schema = schema_};
+  baton::worker::Completer completer(connect, nullptr);
+  completer.start();
+  {
+    baton::worker::Executor executor(
+        {.connect = connect, .threads = 1, .node_id = "solo", .retry = {}}, handlers, completer,
+        nullptr, [] {});
+    executor.accept(1);
+    executor.accept(2);
+    pqxx::nontransaction tx(*db_);
+    for (const auto& row : tx.exec("SELECT id, claimed_epoch FROM jobs ORDER BY id")) {
+      baton::detail::ClaimedJob job;
+      job.job.id = row[0].as<std::int64_t>();
+      job.job.queue = "default";
+      job.job.type = "order";
+      job.job.attempt = 1;
+      job.job.max_attempts = 10;
+      job.job.epoch = row[1].as<std::int64_t>();
+      executor.submit(std::move(job));
+    }
+    EXPECT_EQ(executor.in_flight(1), 10);
+    EXPECT_EQ(executor.in_flight(2), 2);
+    EXPECT_EQ(executor.accepted_epochs(), 2);
+    {
+      std::lock_guard lock(m);
+      go = true;
+    }
+    cv.notify_all();
+    ASSERT_TRUE(executor.wait_idle(10s));
+    EXPECT_EQ(executor.in_flight(1), 0);
+  }
+  ASSERT_TRUE(completer.wait_flushed(10s));
+  completer.stop(1s);
+  ASSERT_EQ(epochs.size(), 12u);
+  EXPECT_EQ(epochs[0], 1);
+  EXPECT_EQ(epochs[1], 2) << "the second shard's first job waited behind the first shard's";
+  EXPECT_EQ(epochs[2], 1);
+  EXPECT_EQ(epochs[3], 2);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), 12);
 }
 
 TEST_F(Worker, AQueueNeverRunsMoreThanItsConcurrencyLimit) {
