@@ -237,46 +237,44 @@ KillFigures kill_to_running(Deployment& d, int nodes, const Options& o) {
     shards.emplace_back(pair.substr(0, eq), std::stoll(pair.substr(eq + 1)));
     at = end + 1;
   }
-  // Per shard: its new epoch (from the lock row), then the first claim under it.
-  double slowest = -1;
-  const bool moved = baton::test::wait_for(
-      [&] {
-        double worst = 0;
-        for (const auto& [group, old] : shards) {
-          const auto ms = d.value(
-              "SELECT coalesce((SELECT round(extract(epoch FROM least("
-              "(SELECT min(claimed_at) FROM jobs WHERE claimed_epoch = l.epoch), "
-              "(SELECT min(started_at) FROM job_history WHERE epoch = l.epoch)) - '" +
-              t0 +
-              "'::timestamptz) * 1000)::text FROM locks l WHERE l.region || '/' || "
-              "l.lock_key = '" +
-              group + "' AND l.epoch > " + std::to_string(old) + "), '')");
-          if (ms.empty()) return false;
-          worst = std::max(worst, std::stod(ms));
-        }
-        slowest = worst;
-        return true;
-      },
-      30s, 5ms);
-  // The first start under each new epoch (a claimed job may wait behind the node's buffer), once
-  // the history has a run of every one: its end less its run time (started_at is the claim).
-  double slowest_start = -1;
-  auto all_started = [&] {
+  // ms from the kill to `first` (an instant under the shard's new epoch, l.epoch) on the slowest
+  // of the shards, once every one has it.
+  auto slowest_of = [&](const std::string& first, double& slowest) {
     double worst = 0;
     for (const auto& [group, old] : shards) {
-      const auto ms = d.value(
-          "SELECT coalesce((SELECT round(extract(epoch FROM (SELECT min(finished_at - "
-          "run_seconds * interval '1 second') FROM job_history WHERE epoch = l.epoch) - '" +
-          t0 +
-          "'::timestamptz) * 1000)::text FROM locks l WHERE l.region || '/' || l.lock_key = '" +
-          group + "' AND l.epoch > " + std::to_string(old) + "), '')");
+      const auto ms =
+          d.value("SELECT coalesce((SELECT round(extract(epoch FROM " + first + " - '" + t0 +
+                  "'::timestamptz) * 1000)::text FROM locks l WHERE l.region || '/' "
+                  "|| l.lock_key = '" +
+                  group + "' AND l.epoch > " + std::to_string(old) + "), '')");
       if (ms.empty()) return false;
       worst = std::max(worst, std::stod(ms));
     }
-    slowest_start = worst;
+    slowest = worst;
     return true;
   };
-  const bool started = moved && baton::test::wait_for(all_started, 30s, 5ms);
+  // The first claim under each new epoch (still running, or finished: started_at is the claim).
+  double slowest = -1;
+  const bool moved = baton::test::wait_for(
+      [&] {
+        return slowest_of(
+            "least((SELECT min(claimed_at) FROM jobs WHERE claimed_epoch = l.epoch), "
+            "(SELECT min(started_at) FROM job_history WHERE epoch = l.epoch))",
+            slowest);
+      },
+      30s, 5ms);
+  // The first start (a claimed job may wait behind the node's buffer), once the history has a
+  // run of every one: its end less its run time.
+  double slowest_start = -1;
+  const bool started =
+      moved && baton::test::wait_for(
+                   [&] {
+                     return slowest_of(
+                         "(SELECT min(finished_at - run_seconds * interval '1 second') FROM "
+                         "job_history WHERE epoch = l.epoch)",
+                         slowest_start);
+                   },
+                   30s, 5ms);
   d.stop_all();
   d.clear();
   if (!moved || !started)

@@ -35,6 +35,10 @@ class ShardsInProcess : public SchemaTest {
     }
     return out;
   }
+  // Waits until the valid leases by node are `want` (20 s at most).
+  bool shares_become(const std::map<std::string, long long>& want) {
+    return wait_for([&] { return shares() == want; }, 20s);
+  }
 };
 
 TEST_F(ShardsInProcess, ASecondNodeTakesItsShareByHandOverAndEveryJobRunsOnce) {
@@ -52,33 +56,19 @@ TEST_F(ShardsInProcess, ASecondNodeTakesItsShareByHandOverAndEveryJobRunsOnce) {
     });
   };
   RunningNode n1(config("n1"), setup);
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return shares() == std::map<std::string, long long>{{"n1", 4}};
-      },
-      20s))
-      << n1.error();
+  ASSERT_TRUE(shares_become({{"n1", 4}})) << n1.error();
   constexpr int kJobs = 2000;  // seconds of work: the hand-over comes while jobs run
   Client(database_url(), schema_).enqueue_copies("nap", {}, kJobs);
   EXPECT_GT(count("SELECT count(DISTINCT shard) FROM jobs"), 1);
   {
     RunningNode n2(config("n2"), setup);
-    ASSERT_TRUE(wait_for(
-        [&] {
-          return shares() == std::map<std::string, long long>{{"n1", 2}, {"n2", 2}};
-        },
-        20s))
-        << n1.error() << n2.error();
+    ASSERT_TRUE(shares_become({{"n1", 2}, {"n2", 2}})) << n1.error() << n2.error();
     EXPECT_GT(count("SELECT count(*) FROM jobs"), 0)
         << "the queue was empty before the hand-over: the test proves nothing";
     ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", kJobs, 60s));
   }
   // n2 stopped (gracefully): its shards come back to n1.
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return shares() == std::map<std::string, long long>{{"n1", 4}};
-      },
-      20s));
+  ASSERT_TRUE(shares_become({{"n1", 4}}));
   std::lock_guard lock(m);
   EXPECT_EQ(runs.size(), static_cast<std::size_t>(kJobs));
   for (const auto& [id, n] : runs)
@@ -106,12 +96,7 @@ TEST_F(ShardsInProcess, YieldDrainsThenHandsEveryShardToTheOtherNode) {
     });
   };
   RunningNode n1(config("n1"), setup);
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return shares() == std::map<std::string, long long>{{"n1", 4}};
-      },
-      20s))
-      << n1.error();
+  ASSERT_TRUE(shares_become({{"n1", 4}})) << n1.error();
   Client(database_url(), schema_).enqueue_copies("slow", {}, 8);
   ASSERT_TRUE(wait_for([&] { return started.load() > 0; }, 10s));
   RunningNode n2(config("n2"), [](Node&) {});  // leads, runs nothing of type "slow"
@@ -122,12 +107,7 @@ TEST_F(ShardsInProcess, YieldDrainsThenHandsEveryShardToTheOtherNode) {
       },
       20s));
   n1.node().yield();
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return shares() == std::map<std::string, long long>{{"n2", 4}};
-      },
-      20s))
-      << "n1 still leads after yield()";
+  ASSERT_TRUE(shares_become({{"n2", 4}})) << "n1 still leads after yield()";
   EXPECT_FALSE(n1.node().is_leader());
   EXPECT_EQ(cancelled.load(), 0) << "yield() cancelled running jobs instead of draining them";
   EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome <> 'completed'"), 0);
@@ -143,12 +123,7 @@ TEST_F(ShardsInProcess, EpochsStayUniqueAcrossShardsWhenARowIsAheadOfTheSequence
         "VALUES ('baton-leader', 'default', 'old', 1000, now() - interval '1 minute')");
   }
   RunningNode n1(config("n1"), [](Node&) {});
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return shares() == std::map<std::string, long long>{{"n1", 4}};
-      },
-      20s))
-      << n1.error();
+  ASSERT_TRUE(shares_become({{"n1", 4}})) << n1.error();
   EXPECT_EQ(count("SELECT epoch FROM locks WHERE lock_key = 'baton-leader'"), 1001);
   EXPECT_EQ(count("SELECT count(DISTINCT epoch) FROM locks"), 4);
   // The other shards lose their leases (the server ends their election sessions) and are granted

@@ -26,7 +26,24 @@ using baton::EnqueueOptions;
 using baton::JobContext;
 using baton::Node;
 
-class Worker : public SchemaTest {};
+class Worker : public SchemaTest {
+ protected:
+  // Hands every row of jobs (claimed by hand, in id order) to `executor` as claimed jobs of
+  // `type`, each under its claimed_epoch.
+  void submit_rows(baton::worker::Executor& executor, const std::string& type) {
+    pqxx::nontransaction tx(*db_);
+    for (const auto& row : tx.exec("SELECT id, claimed_epoch FROM jobs ORDER BY id")) {
+      baton::detail::ClaimedJob job;
+      job.job.id = row[0].as<std::int64_t>();
+      job.job.queue = "default";
+      job.job.type = type;
+      job.job.attempt = 1;
+      job.job.max_attempts = 10;
+      job.job.epoch = row[1].as<std::int64_t>();
+      executor.submit(std::move(job));
+    }
+  }
+};
 
 TEST_F(Worker, SlowJobsAreNotClaimedBeforeAThreadCanStartThem) {
   // The poller buffers about 100 ms of work beyond the free threads. Had it claimed more than the
@@ -216,17 +233,7 @@ TEST_F(Worker, ClaimedJobsThatHaveNotStartedAreReleasedWhenTheirEpochEnds) {
         {.connect = connect, .threads = 2, .node_id = "solo", .retry = {}}, handlers, completer,
         nullptr, [] {});
     executor.accept(2);
-    pqxx::nontransaction tx(*db_);
-    for (const auto& row : tx.exec("SELECT id, claimed_epoch FROM jobs ORDER BY id")) {
-      baton::detail::ClaimedJob job;
-      job.job.id = row[0].as<std::int64_t>();
-      job.job.queue = "default";
-      job.job.type = "count";
-      job.job.attempt = 1;
-      job.job.max_attempts = 10;
-      job.job.epoch = row[1].as<std::int64_t>();
-      executor.submit(std::move(job));
-    }
+    submit_rows(executor, "count");
     ASSERT_TRUE(executor.wait_idle(10s));
   }
   ASSERT_TRUE(completer.wait_flushed(10s));
@@ -267,17 +274,7 @@ TEST_F(Worker, TheShardsOfANodeTakeTurnsToStartTheirClaimedJobs) {
         nullptr, [] {});
     executor.accept(1);
     executor.accept(2);
-    pqxx::nontransaction tx(*db_);
-    for (const auto& row : tx.exec("SELECT id, claimed_epoch FROM jobs ORDER BY id")) {
-      baton::detail::ClaimedJob job;
-      job.job.id = row[0].as<std::int64_t>();
-      job.job.queue = "default";
-      job.job.type = "order";
-      job.job.attempt = 1;
-      job.job.max_attempts = 10;
-      job.job.epoch = row[1].as<std::int64_t>();
-      executor.submit(std::move(job));
-    }
+    submit_rows(executor, "order");
     EXPECT_EQ(executor.in_flight(1), 10);
     EXPECT_EQ(executor.in_flight(2), 2);
     EXPECT_EQ(executor.accepted_epochs(), 2);
