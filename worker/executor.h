@@ -130,6 +130,9 @@ class Executor {
   std::shared_ptr<EpochRuns> epoch_runs(std::int64_t epoch);
   // The next submitted job to start: the epochs (shards) take turns, each in claim order, so that
   // a shard just won does not wait behind the jobs its node had buffered for its other shards.
+  // The turn is taken when a pool thread picks the job up; while CPU-bound jobs keep fewer places
+  // than threads, the threads waiting for a place (enter()) already hold theirs, so a new shard's
+  // first job may still come after those few.
   std::shared_ptr<Run> next_ready();
 
   const ExecutorConfig config_;
