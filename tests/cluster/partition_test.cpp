@@ -24,7 +24,7 @@ struct ProxiedCluster {
   ProxiedCluster(const std::string& schema, int nodes, std::vector<std::string> extra = {})
       : cluster(schema, 0, std::move(extra)), run_log(cluster.dir() + "/runs.log") {
     for (int i = 1; i <= nodes; ++i) {
-      const std::string id = "n" + std::to_string(i);
+      const std::string id = std::string("n").append(std::to_string(i));  // (see poller.cpp)
       proxies.emplace(id, std::make_unique<Proxy>(database_url()));
       cluster.start(id, {"--database-url", proxies.at(id)->url_through(database_url()), "--run-log",
                          run_log});

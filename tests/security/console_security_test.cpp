@@ -59,7 +59,7 @@ TEST(HostileConsole, WithoutATokenOnlyLoopbackNamesAreAnsweredAndActionsNeedTheP
       // fetch() from another site without the page's token
       {{"Content-Type", "application/json"}},
       {{"Content-Type", "application/json"},
-       {"X-Baton-Csrf", (csrf[0] == '0' ? "1" : "0") + csrf.substr(1)}},
+       {"X-Baton-Csrf", std::string(csrf[0] == '0' ? "1" : "0").append(csrf.substr(1))}},
       // the token, but the browser says the request comes from elsewhere
       {{"Content-Type", "application/json"},
        {"X-Baton-Csrf", csrf},
