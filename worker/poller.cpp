@@ -149,6 +149,7 @@ Poller::Round Poller::claim_round(Run& run) {
       mean_payload_bytes_ += (bytes - mean_payload_bytes_) / 1000.0;
       mean_payload_bytes_ = std::max(mean_payload_bytes_, bytes / 100.0);
     }
+    if (!jobs.empty()) run.last_claim_us = std::max(run.last_claim_us, jobs.front().claimed_at_us);
     round.room = true;
     round.jobs += static_cast<int>(jobs.size());
     for (auto& j : jobs)
@@ -228,6 +229,51 @@ void Poller::drop_wake_keys(Run& run) {
   run.wake_keys_held = false;
 }
 
+void Poller::take_unanswered_claim(Run& run) {
+  // The cut session's transaction may still be committing on the server: wait until it ended
+  // (a moment; at most 5 s of a stalled server, after which a late commit's jobs wait for the
+  // next epoch's rescue).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!run.stopping.load() && lease_.valid(run.epoch)) {
+    {
+      auto armed =
+          detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+      if (!detail::cut_session_busy(*run.conn, run.cut_pid, run.cut_start)) break;
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      spdlog::warn(
+          "poller: the claim session that was cut (pid {}) is still in a transaction on the "
+          "server 5s later; should its claim commit, its jobs run after the next change of leader",
+          run.cut_pid);
+      break;
+    }
+    wait(run, Millis(10));
+  }
+  // An epoch that ended leaves its running jobs to the next leader's rescue.
+  if (run.stopping.load() || !lease_.valid(run.epoch)) return;
+  std::vector<detail::ClaimedJob> jobs;
+  {
+    auto armed =
+        detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+    jobs = detail::unanswered_claim(*run.conn, {config_.lock, config_.node_id, run.epoch},
+                                    run.last_claim_us, config_.connect.schema);
+  }
+  run.unanswered = false;
+  if (jobs.empty()) return;
+  const auto known = executor_.running_ids();
+  int taken = 0;
+  for (auto& j : jobs) {
+    run.last_claim_us = std::max(run.last_claim_us, j.claimed_at_us);
+    if (std::find(known.begin(), known.end(), j.job.id) != known.end()) continue;
+    executor_.submit(std::move(j));
+    ++taken;
+  }
+  spdlog::warn(
+      "poller: {} jobs of a claim that committed as its session was cut (its answer never came "
+      "back) run now, under the same epoch {}",
+      taken, run.epoch);
+}
+
 void Poller::pass_cancels(Run& run) {
   for (const auto& payload : run.notifications) {
     std::int64_t id = 0;
@@ -251,6 +297,9 @@ void Poller::loop(Run& run) {
         if (run.stopping.load()) break;
         run.receiver = std::make_unique<WakeReceiver>(
             *run.conn, detail::jobs_channel(config_.connect.schema), run.notifications);
+        run.session_pid = run.conn->backendpid();
+        run.session_start = detail::session_start(*run.conn);
+        if (run.unanswered) take_unanswered_claim(run);
       }
       const Round round = claim_round(run);
       if (reported) spdlog::info("poller: database reachable again");
@@ -305,6 +354,15 @@ void Poller::loop(Run& run) {
         run.skip_locked_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
         continue;
       }
+      // A claim this session sent may have committed without its answer (the session was cut as
+      // it committed): its jobs are running under this epoch, in no run of ours. The first such
+      // session is the one to settle; later ones claimed nothing before it was.
+      if (!run.unanswered && run.session_pid != 0) {
+        run.unanswered = true;
+        run.cut_pid = run.session_pid;
+        run.cut_start = run.session_start;
+      }
+      run.session_pid = 0;
       run.receiver.reset();
       run.conn.reset();
       if (run.stopping.load()) break;  // cut at the end of leadership: nothing to report

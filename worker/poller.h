@@ -91,6 +91,16 @@ class Poller {
     // Since when the wake keys have been refused without a break, and whether that was logged.
     std::optional<std::chrono::steady_clock::time_point> keys_refused_since;
     bool keys_warned = false;
+    // The database time of this epoch's last claim whose answer came back: jobs this node
+    // claimed later under the epoch came from a claim whose answer was lost.
+    std::int64_t last_claim_us = 0;
+    // The claim session (pid, backend_start), and the cut one whose claim may have committed
+    // unanswered, until its jobs are taken.
+    int session_pid = 0;
+    std::string session_start;
+    bool unanswered = false;
+    int cut_pid = 0;
+    std::string cut_start;
   };
   struct Round {
     int jobs = 0;       // claimed
@@ -107,6 +117,8 @@ class Poller {
   void wait(Run& run, Millis timeout);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
+  // After the claim session was cut: runs the jobs of a claim that committed unanswered.
+  void take_unanswered_claim(Run& run);
   // Hands the cancellations that arrived by NOTIFY to the executor.
   void pass_cancels(Run& run);
 

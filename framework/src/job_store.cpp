@@ -50,8 +50,36 @@ UPDATE jobs j
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
-          extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key
+          extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
+          (extract(epoch FROM now()) * 1000000)::bigint
 )sql";
+
+// The jobs of a claim that committed but whose answer never came back (the session was cut
+// while the claim committed): running under this claimer's epoch, claimed after its last claim
+// that did come back ($4, microseconds on the database clock). The columns are the claim's.
+constexpr const char* kUnansweredClaimSql = R"sql(
+SELECT j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
+       coalesce(j.timeout_ms, 0), extract(epoch FROM j.claimed_at - j.run_at)::float8,
+       extract(epoch FROM j.claimed_at - j.created_at)::float8,
+       extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
+       (extract(epoch FROM j.claimed_at) * 1000000)::bigint
+  FROM jobs j
+ WHERE j.state = 'running' AND j.claim_group = $1 AND j.claimed_epoch = $2 AND j.claimed_by = $3
+   AND (extract(epoch FROM j.claimed_at) * 1000000)::bigint > $4
+ ORDER BY j.claimed_at, j.id
+)sql";
+
+// Whether a session of ours that was cut ($1 pid, $2 its backend_start) is still in a
+// transaction on the server: a claim it sent may yet commit. (A pooler may have lent the server
+// session on: then it is not ours, or it is this one.)
+constexpr const char* kCutSessionBusySql = R"sql(
+SELECT count(*) FROM pg_catalog.pg_stat_activity a
+ WHERE a.pid = $1 AND a.backend_start = $2::timestamptz AND a.pid <> pg_catalog.pg_backend_pid()
+   AND a.xact_start IS NOT NULL
+)sql";
+constexpr const char* kSessionStartSql =
+    "SELECT backend_start::text FROM pg_catalog.pg_stat_activity WHERE pid = "
+    "pg_catalog.pg_backend_pid()";
 
 // A queue's cluster-wide concurrency gate (shards): the claims of a limited queue lock its
 // queue_gates row for the length of their transaction (created on first use), and count the
@@ -324,31 +352,9 @@ std::string tid_array(const std::vector<std::string>& values) {
   return out + "}";
 }
 
-}  // namespace
-
-std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
-                                   const ClaimFilter& filter, const std::string& schema) {
-  // Prepared: the claim is planned once per connection, not once per batch.
-  const char* name = filter.skip_locked ? "baton_claim_skip" : "baton_claim";
-  conn.prepare(name, claim_sql(filter.skip_locked));
-  pqxx::work tx(conn);
-  if (filter.cluster_limit > 0) {
-    // Shard leaders claim a limited queue one at a time, each seeing the others' running jobs.
-    tx.exec_params(kQueueGateSql, filter.queues.at(0));
-    const auto running =
-        tx.exec_params(kQueueRunningSql, filter.queues.at(0))[0][0].as<std::int64_t>();
-    limit = static_cast<int>(
-        std::min<std::int64_t>(limit, std::max<std::int64_t>(0, filter.cluster_limit - running)));
-    if (limit == 0) {
-      tx.commit();
-      return {};
-    }
-  }
-  auto rows = tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
-                               claimer.lock.region, text_array(filter.queues), limit,
-                               text_array(filter.except), claimer.lock.group(),
-                               text_array(filter.types), filter.shard);
-  tx.commit();
+// The claim's columns (and the unanswered claim's) as jobs.
+std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows, const Claimer& claimer,
+                                     const std::string& schema) {
   const auto claimed = std::chrono::steady_clock::now();
   std::vector<ClaimedJob> out;
   out.reserve(rows.size());
@@ -374,9 +380,59 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
     // in this deployment.
     c.job.idempotency_key = r[12].is_null() ? "baton:" + schema + ":" + std::to_string(c.job.id)
                                             : std::string(r[12].c_str());
+    c.claimed_at_us = r[13].as<std::int64_t>();
     out.push_back(std::move(c));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
+                                   const ClaimFilter& filter, const std::string& schema) {
+  // Prepared: the claim is planned once per connection, not once per batch.
+  const char* name = filter.skip_locked ? "baton_claim_skip" : "baton_claim";
+  conn.prepare(name, claim_sql(filter.skip_locked));
+  pqxx::work tx(conn);
+  if (filter.cluster_limit > 0) {
+    // Shard leaders claim a limited queue one at a time, each seeing the others' running jobs.
+    tx.exec_params(kQueueGateSql, filter.queues.at(0));
+    const auto running =
+        tx.exec_params(kQueueRunningSql, filter.queues.at(0))[0][0].as<std::int64_t>();
+    limit = static_cast<int>(
+        std::min<std::int64_t>(limit, std::max<std::int64_t>(0, filter.cluster_limit - running)));
+    if (limit == 0) {
+      tx.commit();
+      return {};
+    }
+  }
+  auto rows = tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
+                               claimer.lock.region, text_array(filter.queues), limit,
+                               text_array(filter.except), claimer.lock.group(),
+                               text_array(filter.types), filter.shard);
+  tx.commit();
+  return claimed_jobs(rows, claimer, schema);
+}
+
+std::vector<ClaimedJob> unanswered_claim(pqxx::connection& conn, const Claimer& claimer,
+                                         std::int64_t after_us, const std::string& schema) {
+  pqxx::read_transaction tx(conn);
+  auto rows = tx.exec_params(kUnansweredClaimSql, claimer.lock.group(), claimer.epoch,
+                             claimer.node_id, after_us);
+  tx.commit();
+  return claimed_jobs(rows, claimer, schema);
+}
+
+std::string session_start(pqxx::connection& conn) {
+  pqxx::nontransaction tx(conn);
+  const auto r = tx.exec(kSessionStartSql);
+  return r.empty() || r[0][0].is_null() ? std::string() : std::string(r[0][0].c_str());
+}
+
+bool cut_session_busy(pqxx::connection& conn, int pid, const std::string& backend_start) {
+  if (pid == 0 || backend_start.empty()) return false;
+  pqxx::nontransaction tx(conn);
+  return tx.exec_params(kCutSessionBusySql, pid, backend_start)[0][0].as<std::int64_t>() > 0;
 }
 
 Rescued rescue_lost(pqxx::connection& conn, const Claimer& claimer,

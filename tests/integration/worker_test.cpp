@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -393,6 +394,92 @@ TEST_F(Worker, RevokeCancelsRunningHandlers) {
   count("SELECT count(*) FILTER (WHERE pg_terminate_backend(holder_pid)) FROM locks");
   ASSERT_TRUE(wait_for([&] { return saw_cancel.load() >= 2; }, 10s))
       << "running handlers were not cancelled on revoke";
+}
+
+TEST_F(Worker, AClaimThatCommittedUnansweredRunsOnceTheClaimSessionIsBack) {
+  // A claim session cut as its claim commits (the call watch at the lease's end, a proxy, a
+  // restart of the network) leaves the claimed jobs running under the leader's own epoch, in no
+  // run of it: the rescue takes only older epochs'. Here the rows such a claim leaves are
+  // written by hand, then the node's sessions are cut, all but the election's (so the epoch
+  // stays). The poller must run them, once each, under the same epoch; not a job claimed by
+  // another node name, nor the jobs of its own earlier claims.
+  std::mutex m;
+  std::map<std::int64_t, int> runs;
+  std::atomic<bool> release{false};
+  auto config = test_config(schema_, "solo");
+  RunningNode n(config, [&](Node& node) {
+    node.handle("once", [&](JobContext& ctx) {
+      std::lock_guard lock(m);
+      ++runs[ctx.job().id];
+    });
+    node.handle("held", [&](JobContext& ctx) {
+      {
+        std::lock_guard lock(m);
+        ++runs[ctx.job().id];
+      }
+      const auto until = std::chrono::steady_clock::now() + 20s;
+      while (!release.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(1ms);
+    });
+  });
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL") == 1;
+      },
+      20s));
+  const auto epoch = count("SELECT epoch FROM locks");
+  // An answered claim first: its time is the one later claims are told from.
+  // Two of them still running when the sessions are cut.
+  Client(database_url(), schema_).enqueue_copies("once", {}, 5);
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 5; }, 20s));
+  Client(database_url(), schema_).enqueue_copies("held", {}, 2);
+  ASSERT_TRUE(wait_for(
+      [&] {
+        std::lock_guard lock(m);
+        return runs.size() == 7;
+      },
+      20s));
+  const auto claim_as = [&](const std::string& node, int copies) {
+    count(
+        "WITH i AS (INSERT INTO jobs (queue, type, state, attempts, claims, claimed_at, "
+        "first_started_at, claimed_by, claimed_epoch, claim_group) "
+        "SELECT 'default', 'once', 'running', 1, 1, clock_timestamp(), clock_timestamp(), '" +
+        node + "', l.epoch, l.region || '/' || l.lock_key FROM locks l, generate_series(1, " +
+        std::to_string(copies) + ") RETURNING 1) SELECT count(*) FROM i");
+  };
+  claim_as("solo", 20);
+  claim_as("stranger", 1);
+  const auto cut = count(
+      "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+      "WHERE application_name = '" +
+      baton::detail::node_application_name("solo", schema_) +
+      "' AND pid <> (SELECT holder_pid FROM locks)");
+  ASSERT_GE(cut, 1);
+  // The held jobs stay in their runs until a job of the unanswered claim has started (they hold
+  // the places of CPU-bound work, so the rest start after them).
+  ASSERT_TRUE(wait_for(
+      [&] {
+        std::lock_guard lock(m);
+        return runs.size() > 7;
+      },
+      20s))
+      << count("SELECT count(*) FROM jobs WHERE state = 'running' AND claimed_by = 'solo'")
+      << " jobs of the unanswered claim are still running under epoch " << epoch;
+  release.store(true);
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 27; }, 20s))
+      << count("SELECT count(*) FROM jobs WHERE state = 'running' AND claimed_by = 'solo'")
+      << " jobs of the unanswered claim are still running under epoch " << epoch;
+  EXPECT_EQ(count("SELECT epoch FROM locks"), epoch) << "the leader changed: a rescue ran them";
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE attempts <> 1 OR epoch <> " +
+                  std::to_string(epoch)),
+            0);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_by = 'stranger' AND state = 'running'"),
+            1)
+      << "a job claimed under this epoch by another node name was taken";
+  std::lock_guard lock(m);
+  EXPECT_EQ(runs.size(), 27u);
+  for (const auto& [id, times] : runs)
+    EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
 }
 
 TEST_F(Worker, AHungJobIsRescuedAfterItsTimeoutAndDiesWhenOutOfAttempts) {

@@ -56,12 +56,27 @@ struct ClaimedJob {
   std::chrono::steady_clock::time_point claimed{};  // this node's clock, when the claim returned
   std::string row_at;  // the row's address (ctid) after the claim, for its completion
   bool cancel_requested = false;
+  std::int64_t claimed_at_us = 0;  // the claim's transaction time, database clock, µs since 1970
 };
 
 // Claims up to `limit` available, due jobs that `filter` admits (and not of paused queues) for
 // the claimer. `schema` names the deployment in the jobs' derived idempotency keys.
 std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
                                    const ClaimFilter& filter, const std::string& schema = "baton");
+
+// The jobs of a claim that committed without its answer reaching the claimer (its session was
+// cut as it committed): running under the claimer's epoch and node, claimed after `after_us`
+// (the claimed_at_us of the claimer's last answered claim of this epoch). Only the claimer may
+// ask, between its claims: no other claim of the epoch may be in flight.
+std::vector<ClaimedJob> unanswered_claim(pqxx::connection& conn, const Claimer& claimer,
+                                         std::int64_t after_us, const std::string& schema);
+
+// This session's backend_start (text), which tells it from a later session with its pid.
+std::string session_start(pqxx::connection& conn);
+
+// Whether the server session `pid` started at `backend_start` (another than conn's) is still in
+// a transaction: a claim it was sending when it was cut may commit yet.
+bool cut_session_busy(pqxx::connection& conn, int pid, const std::string& backend_start);
 
 struct Rescued {
   std::size_t requeued = 0;
