@@ -84,6 +84,11 @@ void Poller::start(std::int64_t epoch) {
   join();
   run_ = std::make_shared<Run>();
   run_->epoch = epoch;
+  if (epoch == carried_epoch_) {
+    run_->last_claim_us = carried_last_claim_us_;
+    run_->gaps = std::move(carried_gaps_);
+  }
+  carried_gaps_.clear();
   thread_ = std::thread([this, run = run_] { loop(*run); });
 }
 
@@ -102,6 +107,11 @@ void Poller::join() {
   if (run_ && run_->aborted.load()) {
     detail::CallWatch::instance().end_abort(detail::owner_of(run_.get()));
   }
+  if (run_ && !thread_.joinable()) {
+    carried_epoch_ = run_->epoch;
+    carried_last_claim_us_ = run_->last_claim_us;
+    carried_gaps_ = std::move(run_->gaps);
+  }
   run_.reset();
 }
 
@@ -110,6 +120,8 @@ void Poller::wake() {
 }
 
 void Poller::wait(Run& run, Millis timeout) {
+  // A cut session not yet settled is looked at again soon.
+  if (!run.gaps.empty()) timeout = std::min(timeout, Millis(25));
   waker_.wait(run.conn ? run.conn->sock() : -1, timeout);
 }
 
@@ -229,49 +241,59 @@ void Poller::drop_wake_keys(Run& run) {
   run.wake_keys_held = false;
 }
 
-void Poller::take_unanswered_claim(Run& run) {
-  // The cut session's transaction may still be committing on the server: wait until it ended
-  // (a moment; at most 5 s of a stalled server, after which a late commit's jobs wait for the
-  // next epoch's rescue).
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!run.stopping.load() && lease_.valid(run.epoch)) {
+void Poller::take_unanswered_claims(Run& run) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < run.next_gap_check) return;
+  run.next_gap_check = now + std::chrono::milliseconds(25);
+  for (auto it = run.gaps.begin(); it != run.gaps.end();) {
+    if (it->before_us == 0) {
+      ++it;
+      continue;
+    }
+    bool busy = false;
     {
       auto armed =
           detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
-      if (!detail::cut_session_busy(*run.conn, run.cut_pid, run.cut_start)) break;
+      busy = detail::cut_session_busy(*run.conn, it->cut);
     }
-    if (std::chrono::steady_clock::now() >= until) {
-      spdlog::warn(
-          "poller: the claim session that was cut (pid {}) is still in a transaction on the "
-          "server 5s later; should its claim commit, its jobs run after the next change of leader",
-          run.cut_pid);
-      break;
+    // The cut session's transaction may still be committing on the server (stalled): its jobs
+    // are taken once it has ended; meanwhile this session claims as usual.
+    if (busy) {
+      if (!it->warned && now - it->since > std::chrono::seconds(5)) {
+        it->warned = true;
+        spdlog::warn(
+            "poller: the claim session that was cut (server pid {}) is still in a transaction "
+            "5s later; should its claim commit, its jobs run once that session ends",
+            it->cut.pid);
+      }
+      ++it;
+      continue;
     }
-    wait(run, Millis(10));
+    // An epoch that ended leaves its running jobs to the next leader's rescue.
+    if (!lease_.valid(run.epoch)) return;
+    std::vector<detail::ClaimedJob> jobs;
+    {
+      auto armed =
+          detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+      jobs = detail::unanswered_claim(*run.conn, {config_.lock, config_.node_id, run.epoch},
+                                      it->after_us, it->before_us, config_.connect.schema);
+    }
+    it = run.gaps.erase(it);
+    if (jobs.empty()) continue;
+    // Taken as a claim is: later claims of the epoch are newer than this.
+    run.last_claim_us = std::max(run.last_claim_us, jobs.front().claimed_at_us);
+    const auto known = executor_.running_ids();
+    int taken = 0;
+    for (auto& j : jobs) {
+      if (std::find(known.begin(), known.end(), j.job.id) != known.end()) continue;
+      executor_.submit(std::move(j));
+      ++taken;
+    }
+    spdlog::warn(
+        "poller: {} jobs of a claim that committed as its session was cut (its answer never came "
+        "back) run now, under the same epoch {}",
+        taken, run.epoch);
   }
-  // An epoch that ended leaves its running jobs to the next leader's rescue.
-  if (run.stopping.load() || !lease_.valid(run.epoch)) return;
-  std::vector<detail::ClaimedJob> jobs;
-  {
-    auto armed =
-        detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
-    jobs = detail::unanswered_claim(*run.conn, {config_.lock, config_.node_id, run.epoch},
-                                    run.last_claim_us, config_.connect.schema);
-  }
-  run.unanswered = false;
-  if (jobs.empty()) return;
-  const auto known = executor_.running_ids();
-  int taken = 0;
-  for (auto& j : jobs) {
-    run.last_claim_us = std::max(run.last_claim_us, j.claimed_at_us);
-    if (std::find(known.begin(), known.end(), j.job.id) != known.end()) continue;
-    executor_.submit(std::move(j));
-    ++taken;
-  }
-  spdlog::warn(
-      "poller: {} jobs of a claim that committed as its session was cut (its answer never came "
-      "back) run now, under the same epoch {}",
-      taken, run.epoch);
 }
 
 void Poller::pass_cancels(Run& run) {
@@ -297,10 +319,12 @@ void Poller::loop(Run& run) {
         if (run.stopping.load()) break;
         run.receiver = std::make_unique<WakeReceiver>(
             *run.conn, detail::jobs_channel(config_.connect.schema), run.notifications);
-        run.session_pid = run.conn->backendpid();
-        run.session_start = detail::session_start(*run.conn);
-        if (run.unanswered) take_unanswered_claim(run);
+        run.session = detail::server_session(*run.conn);
+        for (auto& gap : run.gaps) {
+          if (gap.before_us == 0) gap.before_us = run.session.now_us;
+        }
       }
+      if (!run.gaps.empty()) take_unanswered_claims(run);
       const Round round = claim_round(run);
       if (reported) spdlog::info("poller: database reachable again");
       reported = false;
@@ -355,14 +379,12 @@ void Poller::loop(Run& run) {
         continue;
       }
       // A claim this session sent may have committed without its answer (the session was cut as
-      // it committed): its jobs are running under this epoch, in no run of ours. The first such
-      // session is the one to settle; later ones claimed nothing before it was.
-      if (!run.unanswered && run.session_pid != 0) {
-        run.unanswered = true;
-        run.cut_pid = run.session_pid;
-        run.cut_start = run.session_start;
+      // it committed): its jobs would be running under this epoch, in no run of ours.
+      if (run.session.pid != 0) {
+        run.gaps.push_back(
+            {run.last_claim_us, 0, run.session, std::chrono::steady_clock::now(), false});
       }
-      run.session_pid = 0;
+      run.session = {};
       run.receiver.reset();
       run.conn.reset();
       if (run.stopping.load()) break;  // cut at the end of leadership: nothing to report

@@ -79,6 +79,15 @@ class Poller {
  private:
   // One epoch's claiming: its own connection, so that a thread still finishing (cut off) never
   // shares one with the next.
+  // A claim session that was cut: a claim it sent may have committed unanswered. Its jobs were
+  // claimed after `after_us` and before `before_us` (the reconnection; 0 until then).
+  struct Gap {
+    std::int64_t after_us = 0;
+    std::int64_t before_us = 0;
+    detail::ServerSession cut;
+    std::chrono::steady_clock::time_point since{};
+    bool warned = false;
+  };
   struct Run {
     std::int64_t epoch = 0;
     std::atomic<bool> aborted{false};  // its calls are being cut (until join)
@@ -91,16 +100,12 @@ class Poller {
     // Since when the wake keys have been refused without a break, and whether that was logged.
     std::optional<std::chrono::steady_clock::time_point> keys_refused_since;
     bool keys_warned = false;
-    // The database time of this epoch's last claim whose answer came back: jobs this node
-    // claimed later under the epoch came from a claim whose answer was lost.
+    // The database time of this epoch's last claim whose answer came back (or of the last
+    // jobs taken from an unanswered one): this node's later claims under the epoch are newer.
     std::int64_t last_claim_us = 0;
-    // The claim session (pid, backend_start), and the cut one whose claim may have committed
-    // unanswered, until its jobs are taken.
-    int session_pid = 0;
-    std::string session_start;
-    bool unanswered = false;
-    int cut_pid = 0;
-    std::string cut_start;
+    detail::ServerSession session;  // the claim session's server session (pid 0: none)
+    std::vector<Gap> gaps;          // cut claim sessions whose last claim may be unanswered
+    std::chrono::steady_clock::time_point next_gap_check{};
   };
   struct Round {
     int jobs = 0;       // claimed
@@ -117,8 +122,8 @@ class Poller {
   void wait(Run& run, Millis timeout);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
-  // After the claim session was cut: runs the jobs of a claim that committed unanswered.
-  void take_unanswered_claim(Run& run);
+  // Runs the jobs of claims that committed unanswered, once their cut sessions have ended.
+  void take_unanswered_claims(Run& run);
   // Hands the cancellations that arrived by NOTIFY to the executor.
   void pass_cancels(Run& run);
 
@@ -130,6 +135,11 @@ class Poller {
   // Claiming thread only: the mean payload size of claimed jobs (a large one lifts it at once).
   double mean_payload_bytes_ = 0;  // "<channel>/<queue>", or "<channel>/*" for every queue
   std::shared_ptr<Run> run_;       // the current epoch's (owner thread only)
+  // What a run left for the next run of the same epoch (a shard's hand-over that did not drain
+  // starts the poller again under its epoch): its last claim's time and unsettled cut sessions.
+  std::int64_t carried_epoch_ = 0;
+  std::int64_t carried_last_claim_us_ = 0;
+  std::vector<Gap> carried_gaps_;
   detail::Waker waker_;
   std::thread thread_;
 };

@@ -55,31 +55,41 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
 )sql";
 
 // The jobs of a claim that committed but whose answer never came back (the session was cut
-// while the claim committed): running under this claimer's epoch, claimed after its last claim
-// that did come back ($4, microseconds on the database clock). The columns are the claim's.
+// while the claim committed): running under this claimer's epoch, claimed between its last
+// answered claim ($4) and the reconnection ($5), both microseconds on the database clock. Taken
+// as a claim is: stamped now (the hung-job rescue counts from claimed_at), row-locked meanwhile.
+// The columns are the claim's.
 constexpr const char* kUnansweredClaimSql = R"sql(
-SELECT j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
-       coalesce(j.timeout_ms, 0), extract(epoch FROM j.claimed_at - j.run_at)::float8,
-       extract(epoch FROM j.claimed_at - j.created_at)::float8,
-       extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
-       (extract(epoch FROM j.claimed_at) * 1000000)::bigint
-  FROM jobs j
- WHERE j.state = 'running' AND j.claim_group = $1 AND j.claimed_epoch = $2 AND j.claimed_by = $3
-   AND (extract(epoch FROM j.claimed_at) * 1000000)::bigint > $4
- ORDER BY j.claimed_at, j.id
+UPDATE jobs j SET claimed_at = now()
+ WHERE j.id IN (SELECT u.id FROM jobs u
+                 WHERE u.state = 'running' AND u.claim_group = $1 AND u.claimed_epoch = $2
+                   AND u.claimed_by = $3
+                   AND (extract(epoch FROM u.claimed_at) * 1000000)::bigint > $4
+                   AND (extract(epoch FROM u.claimed_at) * 1000000)::bigint < $5
+                   FOR UPDATE)
+   AND j.state = 'running' AND j.claimed_epoch = $2
+RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
+          coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
+          extract(epoch FROM now() - j.created_at)::float8,
+          extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
+          (extract(epoch FROM now()) * 1000000)::bigint
 )sql";
 
-// Whether a session of ours that was cut ($1 pid, $2 its backend_start) is still in a
-// transaction on the server: a claim it sent may yet commit. (A pooler may have lent the server
-// session on: then it is not ours, or it is this one.)
+// Whether a session of ours that was cut ($1 pid, $2 its backend_start in microseconds) is still
+// in a transaction on the server: a claim it sent may yet commit. (A pooler may have lent the
+// server session on: then it is not ours, or it is this one.)
 constexpr const char* kCutSessionBusySql = R"sql(
 SELECT count(*) FROM pg_catalog.pg_stat_activity a
- WHERE a.pid = $1 AND a.backend_start = $2::timestamptz AND a.pid <> pg_catalog.pg_backend_pid()
-   AND a.xact_start IS NOT NULL
+ WHERE a.pid = $1 AND (extract(epoch FROM a.backend_start) * 1000000)::bigint = $2
+   AND a.pid <> pg_catalog.pg_backend_pid() AND a.xact_start IS NOT NULL
 )sql";
-constexpr const char* kSessionStartSql =
-    "SELECT backend_start::text FROM pg_catalog.pg_stat_activity WHERE pid = "
-    "pg_catalog.pg_backend_pid()";
+// The server session behind this connection (not libpq's idea of it: a pooler tells its clients
+// a key of its own), and the database time now.
+constexpr const char* kSessionSql = R"sql(
+SELECT a.pid, (extract(epoch FROM a.backend_start) * 1000000)::bigint,
+       (extract(epoch FROM now()) * 1000000)::bigint
+  FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()
+)sql";
 
 // A queue's cluster-wide concurrency gate (shards): the claims of a limited queue lock its
 // queue_gates row for the length of their transaction (created on first use), and count the
@@ -415,24 +425,26 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
 }
 
 std::vector<ClaimedJob> unanswered_claim(pqxx::connection& conn, const Claimer& claimer,
-                                         std::int64_t after_us, const std::string& schema) {
-  pqxx::read_transaction tx(conn);
+                                         std::int64_t after_us, std::int64_t before_us,
+                                         const std::string& schema) {
+  pqxx::work tx(conn);
   auto rows = tx.exec_params(kUnansweredClaimSql, claimer.lock.group(), claimer.epoch,
-                             claimer.node_id, after_us);
+                             claimer.node_id, after_us, before_us);
   tx.commit();
   return claimed_jobs(rows, claimer, schema);
 }
 
-std::string session_start(pqxx::connection& conn) {
+ServerSession server_session(pqxx::connection& conn) {
   pqxx::nontransaction tx(conn);
-  const auto r = tx.exec(kSessionStartSql);
-  return r.empty() || r[0][0].is_null() ? std::string() : std::string(r[0][0].c_str());
+  const auto r = tx.exec(kSessionSql);
+  if (r.empty()) return {};
+  return {r[0][0].as<int>(), r[0][1].as<std::int64_t>(), r[0][2].as<std::int64_t>()};
 }
 
-bool cut_session_busy(pqxx::connection& conn, int pid, const std::string& backend_start) {
-  if (pid == 0 || backend_start.empty()) return false;
+bool cut_session_busy(pqxx::connection& conn, const ServerSession& cut) {
+  if (cut.pid == 0) return false;
   pqxx::nontransaction tx(conn);
-  return tx.exec_params(kCutSessionBusySql, pid, backend_start)[0][0].as<std::int64_t>() > 0;
+  return tx.exec_params(kCutSessionBusySql, cut.pid, cut.started_us)[0][0].as<std::int64_t>() > 0;
 }
 
 Rescued rescue_lost(pqxx::connection& conn, const Claimer& claimer,

@@ -482,6 +482,48 @@ TEST_F(Worker, AClaimThatCommittedUnansweredRunsOnceTheClaimSessionIsBack) {
     EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
 }
 
+TEST_F(Worker, AnUnansweredClaimIsTakenOnceItsSessionEndedItsTransactionAndOnlyOnce) {
+  // The pieces the poller settles a cut claim session with: a session still in its claim's
+  // transaction is seen as busy (its rows are not visible yet: taking them then would miss
+  // them); once it committed, the jobs it claimed between the last answered claim and the
+  // reconnection are taken, stamped claimed anew, once; not an older claim's.
+  namespace detail = baton::detail;
+  const detail::Claimer me{{"k", "r"}, "me", 7};
+  Client(database_url(), schema_).enqueue_copies("noop", {}, 4);
+  const auto older = count("SELECT min(id) FROM jobs");
+  const std::string claim =
+      "UPDATE jobs SET state = 'running', attempts = attempts + 1, claims = claims + 1, "
+      "claimed_at = now(), claimed_by = 'me', claimed_epoch = 7, claim_group = '" +
+      me.lock.group() + "' WHERE id ";
+  count("WITH c AS (" + claim + "= " + std::to_string(older) +
+        " RETURNING 1) SELECT count(*) FROM c");
+  auto cut = detail::connect({.url = database_url(), .schema = schema_});
+  auto mine = detail::connect({.url = database_url(), .schema = schema_});
+  const auto cut_session = detail::server_session(*cut);
+  ASSERT_GT(cut_session.pid, 0);
+  const auto after = detail::server_session(*mine).now_us;
+  pqxx::work in_flight(*cut);
+  in_flight.exec(claim + "<> " + std::to_string(older));
+  const auto before = detail::server_session(*mine).now_us;
+  EXPECT_TRUE(detail::cut_session_busy(*mine, cut_session));
+  EXPECT_TRUE(detail::unanswered_claim(*mine, me, after, before, schema_).empty());
+  in_flight.commit();
+  EXPECT_FALSE(detail::cut_session_busy(*mine, cut_session));
+  const auto taken = detail::unanswered_claim(*mine, me, after, before, schema_);
+  ASSERT_EQ(taken.size(), 3u);
+  for (const auto& j : taken) {
+    EXPECT_NE(j.job.id, older);
+    EXPECT_EQ(j.job.epoch, 7);
+    EXPECT_EQ(j.token, 1);
+    EXPECT_EQ(j.job.attempt, 1);
+    EXPECT_GT(j.claimed_at_us, before);
+    EXPECT_FALSE(j.row_at.empty());
+  }
+  EXPECT_TRUE(detail::unanswered_claim(*mine, me, after, before, schema_).empty())
+      << "jobs of an unanswered claim were taken twice";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), 4);
+}
+
 TEST_F(Worker, AHungJobIsRescuedAfterItsTimeoutAndDiesWhenOutOfAttempts) {
   auto config = test_config(schema_, "solo");
   RunningNode n(config, [](Node&) {});

@@ -66,17 +66,25 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
 
 // The jobs of a claim that committed without its answer reaching the claimer (its session was
 // cut as it committed): running under the claimer's epoch and node, claimed after `after_us`
-// (the claimed_at_us of the claimer's last answered claim of this epoch). Only the claimer may
-// ask, between its claims: no other claim of the epoch may be in flight.
+// (the claimed_at_us of the claimer's last answered claim of the epoch) and before `before_us`
+// (the database time at its reconnection). They are stamped claimed now; their claimed_at_us
+// is that time. Only the claimer may ask, between its claims.
 std::vector<ClaimedJob> unanswered_claim(pqxx::connection& conn, const Claimer& claimer,
-                                         std::int64_t after_us, const std::string& schema);
+                                         std::int64_t after_us, std::int64_t before_us,
+                                         const std::string& schema);
 
-// This session's backend_start (text), which tells it from a later session with its pid.
-std::string session_start(pqxx::connection& conn);
+// The server session behind a connection: its pid and start (which tell it from a later
+// session with that pid), and the database time when asked (microseconds since 1970).
+struct ServerSession {
+  int pid = 0;
+  std::int64_t started_us = 0;
+  std::int64_t now_us = 0;
+};
+ServerSession server_session(pqxx::connection& conn);
 
-// Whether the server session `pid` started at `backend_start` (another than conn's) is still in
-// a transaction: a claim it was sending when it was cut may commit yet.
-bool cut_session_busy(pqxx::connection& conn, int pid, const std::string& backend_start);
+// Whether the server session `cut` (another than conn's) is still in a transaction: a claim it
+// was sending when it was cut may commit yet.
+bool cut_session_busy(pqxx::connection& conn, const ServerSession& cut);
 
 struct Rescued {
   std::size_t requeued = 0;
