@@ -58,16 +58,13 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
 // while the claim committed): running under this claimer's epoch, claimed between its last
 // answered claim ($4) and the reconnection ($5), both microseconds on the database clock. Taken
 // as a claim is: stamped now (the hung-job rescue counts from claimed_at), row-locked meanwhile.
-// The columns are the claim's.
+// The columns are the claim's. (One UPDATE over the running index by group and epoch: as a
+// semi-join with jobs, its plan scanned the whole running index, 23 ms at 5M queued jobs.)
 constexpr const char* kUnansweredClaimSql = R"sql(
 UPDATE jobs j SET claimed_at = now()
- WHERE j.id IN (SELECT u.id FROM jobs u
-                 WHERE u.state = 'running' AND u.claim_group = $1 AND u.claimed_epoch = $2
-                   AND u.claimed_by = $3
-                   AND (extract(epoch FROM u.claimed_at) * 1000000)::bigint > $4
-                   AND (extract(epoch FROM u.claimed_at) * 1000000)::bigint < $5
-                   FOR UPDATE)
-   AND j.state = 'running' AND j.claimed_epoch = $2
+ WHERE j.state = 'running' AND j.claim_group = $1 AND j.claimed_epoch = $2 AND j.claimed_by = $3
+   AND (extract(epoch FROM j.claimed_at) * 1000000)::bigint > $4
+   AND (extract(epoch FROM j.claimed_at) * 1000000)::bigint < $5
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
