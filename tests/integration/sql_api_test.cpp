@@ -78,6 +78,46 @@ TEST_F(SqlApi, BadArgumentsRaiseDocumentedSqlstatesWithTheFix) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "a refused enqueue inserts nothing";
 }
 
+TEST_F(SqlApi, ASettingsChangeReachesSessionsThatAlreadyEnqueuedAndABadValueIsRefused) {
+  // enqueue reads the payload limit as a constant that a trigger on settings rewrites: a
+  // producer's session with the old plan cached must see every change at its next call.
+  auto producer = connect(schema_);
+  const std::string big = "SELECT enqueue('q', 't', jsonb_build_object('s', repeat('x', 100)))";
+  auto enqueue_big = [&]() -> std::string {
+    try {
+      pqxx::nontransaction tx(*producer);
+      tx.exec(big);
+    } catch (const pqxx::sql_error& e) {
+      return e.sqlstate() + " " + e.what();
+    }
+    return "accepted";
+  };
+  ASSERT_EQ(enqueue_big(), "accepted");
+  ASSERT_EQ(enqueue_big(), "accepted");  // its plans are cached now
+  pqxx::nontransaction(*db_).exec(
+      "UPDATE settings SET value = '64' WHERE key = 'max_payload_bytes'");
+  auto refused = enqueue_big();
+  EXPECT_EQ(refused.substr(0, 6), "BT002 ") << refused;
+  EXPECT_NE(refused.find("the limit is 64 bytes"), std::string::npos) << refused;
+
+  // A value enqueue could not use is refused when it is written, and the old one stays.
+  auto [state, message] =
+      error_of("UPDATE settings SET value = '1 MiB' WHERE key = 'max_payload_bytes'");
+  EXPECT_EQ(state, "BT003") << message;
+  EXPECT_NE(message.find("max_payload_bytes '1 MiB'"), std::string::npos) << message;
+  EXPECT_EQ(count("SELECT value::bigint FROM settings WHERE key = 'max_payload_bytes'"), 64);
+  refused = enqueue_big();
+  EXPECT_NE(refused.find("the limit is 64 bytes"), std::string::npos) << refused;
+
+  // No row, no limit (as before the limit was a constant); back again, the limit is back.
+  pqxx::nontransaction(*db_).exec("DELETE FROM settings WHERE key = 'max_payload_bytes'");
+  EXPECT_EQ(enqueue_big(), "accepted");
+  pqxx::nontransaction(*db_).exec("INSERT INTO settings VALUES ('max_payload_bytes', '80')");
+  refused = enqueue_big();
+  EXPECT_NE(refused.find("the limit is 80 bytes"), std::string::npos) << refused;
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 3) << "only the accepted calls inserted";
+}
+
 TEST_F(SqlApi, TheNameRuleIsTheSameInCppAndSql) {
   for (const char* name : {"default", "a", "billing.v2", "tenant:42", "a-b_c", "9lives", "", "_x",
                            "-x", "has space", "semi;colon", "quote'd", "caf\xc3\xa9",
