@@ -3,10 +3,14 @@
 -- * The settings that enqueue reads (max_payload_bytes, shards) become constants: two SQL
 --   functions whose bodies a trigger on `settings` rewrites after every change. A function of a
 --   constant is inlined into each caller's cached plan, and PostgreSQL replans the callers when
---   it is replaced, in every session. Reading the table instead ran a query per enqueue (a plan
---   check, locks, an index scan), about a tenth of the call, and every producer pinned the same
---   buffer. The trigger reads the rows FOR SHARE: a concurrent change of another row makes one
---   of the writers fail (a deadlock or a serialization error) rather than leave a stale body.
+--   it is replaced, in every session, at its next transaction. Reading the table instead ran a
+--   query per enqueue (a plan check, locks, an index scan), about a tenth of the call, and every
+--   producer pinned the same buffer. The trigger locks the table against other writers first,
+--   so two writers at once end in a deadlock error for one of them, never in a stale body, and
+--   it refuses to run under a snapshot older than its statement (REPEATABLE READ and above).
+-- * A job with a partition key still reads the shard count from the table, as in 0012: a
+--   producer in a long transaction must not place an ordered partition under a count that
+--   set_shards has changed meanwhile (the strays sweep moves only shards that no longer exist).
 -- * A job without an idempotency key is inserted without ON CONFLICT: a speculative insertion
 --   takes a lock and writes a second WAL record per row, for a key that cannot conflict.
 
@@ -26,29 +30,39 @@ DECLARE
   limit_bytes bigint;
   shards integer;
 BEGIN
+  LOCK TABLE _BATON_SCHEMA_.settings IN SHARE ROW EXCLUSIVE MODE;
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+      MESSAGE = 'baton settings are changed in READ COMMITTED transactions only',
+      HINT = 'a transaction''s older snapshot could miss another writer''s change; run the '
+             'change in its own transaction (the default isolation)';
+  END IF;
   SELECT max(s.value) FILTER (WHERE s.key = 'max_payload_bytes'),
          max(s.value) FILTER (WHERE s.key = 'shards')
     INTO limit_text, shards_text
-    FROM (SELECT s.key, s.value FROM _BATON_SCHEMA_.settings s
-           WHERE s.key IN ('max_payload_bytes', 'shards') FOR SHARE) s;
+    FROM _BATON_SCHEMA_.settings s WHERE s.key IN ('max_payload_bytes', 'shards');
   BEGIN
     limit_bytes := limit_text::bigint;
     shards := shards_text::integer;
   EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
+    limit_bytes := -1;
+  END;
+  IF limit_bytes < 0 OR shards NOT BETWEEN 1 AND 64 THEN
     RAISE EXCEPTION USING ERRCODE = 'BT003',
-      MESSAGE = pg_catalog.format('settings: max_payload_bytes %s or shards %s is not a whole number',
+      MESSAGE = pg_catalog.format('settings: max_payload_bytes %s or shards %s is not allowed',
                                   coalesce(pg_catalog.quote_literal(limit_text), 'NULL'),
                                   coalesce(pg_catalog.quote_literal(shards_text), 'NULL')),
-      HINT = 'max_payload_bytes is a byte count (a missing row: no limit); shards is set with '
-             'batonctl shards';
-  END;
-  -- No row: no limit, as when enqueue read the table.
+      HINT = 'max_payload_bytes is a whole number of bytes, 0 or more (no row: no limit); '
+             'shards is a whole number in 1..64, set with batonctl shards';
+  END IF;
+  -- Literals cast to catalog types: the bodies name no operator that a caller's search_path
+  -- could resolve. No row: no limit, as when enqueue read the table.
   EXECUTE pg_catalog.format(
-    'CREATE OR REPLACE FUNCTION %I.max_payload_bytes() RETURNS bigint LANGUAGE sql STABLE AS %L',
-    TG_TABLE_SCHEMA, pg_catalog.format('SELECT %s::bigint', coalesce(limit_bytes::text, 'NULL')));
+    'CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.max_payload_bytes() RETURNS bigint '
+    'LANGUAGE sql STABLE AS %L', pg_catalog.format('SELECT %L::pg_catalog.int8', limit_bytes));
   EXECUTE pg_catalog.format(
-    'CREATE OR REPLACE FUNCTION %I.shard_count() RETURNS integer LANGUAGE sql STABLE AS %L',
-    TG_TABLE_SCHEMA, pg_catalog.format('SELECT %s::integer', coalesce(shards, 1)));
+    'CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.shard_count() RETURNS integer '
+    'LANGUAGE sql STABLE AS %L', pg_catalog.format('SELECT %L::pg_catalog.int4', coalesce(shards, 1)));
   RETURN NULL;
 END
 $f$;
@@ -88,7 +102,12 @@ BEGIN
   IF problem IS NOT NULL THEN
     PERFORM _BATON_SCHEMA_.raise_problem(problem);
   END IF;
-  new_shard := _BATON_SCHEMA_.shard_of(pkey, _BATON_SCHEMA_.shard_count());
+  IF pkey IS NULL THEN
+    new_shard := _BATON_SCHEMA_.shard_of(NULL, _BATON_SCHEMA_.shard_count());
+  ELSE
+    new_shard := _BATON_SCHEMA_.shard_of(pkey, coalesce(
+      (SELECT s.value::integer FROM _BATON_SCHEMA_.settings s WHERE s.key = 'shards'), 1));
+  END IF;
   IF ikey IS NULL THEN
     INSERT INTO _BATON_SCHEMA_.jobs AS j (queue, type, payload, priority, run_at, max_attempts,
                                           partition_key, partition, timeout_ms, shard)

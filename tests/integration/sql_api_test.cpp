@@ -106,6 +106,16 @@ TEST_F(SqlApi, ASettingsChangeReachesSessionsThatAlreadyEnqueuedAndABadValueIsRe
   EXPECT_EQ(state, "BT003") << message;
   EXPECT_NE(message.find("max_payload_bytes '1 MiB'"), std::string::npos) << message;
   EXPECT_EQ(count("SELECT value::bigint FROM settings WHERE key = 'max_payload_bytes'"), 64);
+  std::tie(state, message) =
+      error_of("UPDATE settings SET value = '-1' WHERE key = 'max_payload_bytes'");
+  EXPECT_EQ(state, "BT003") << message;
+  // A writer whose snapshot is older than its statement could miss another writer's change.
+  std::tie(state, message) = error_of(
+      "BEGIN ISOLATION LEVEL REPEATABLE READ; "
+      "UPDATE settings SET value = '128' WHERE key = 'max_payload_bytes'; COMMIT");
+  EXPECT_EQ(state, "0A000") << message;
+  pqxx::nontransaction(*db_).exec("ROLLBACK");
+  EXPECT_EQ(count("SELECT value::bigint FROM settings WHERE key = 'max_payload_bytes'"), 64);
   refused = enqueue_big();
   EXPECT_NE(refused.find("the limit is 64 bytes"), std::string::npos) << refused;
 
