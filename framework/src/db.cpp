@@ -69,6 +69,32 @@ std::string build_conninfo(const ConnectOptions& o) {
   return out;
 }
 
+// Connection attempts that a stopping component abandoned go on, on threads of their own. A
+// process that exits meanwhile waits for them (up to 5 s): one still inside libpqxx would read
+// libpqxx's static data while exit destroys it. The count itself is never destroyed, for a
+// thread that outlasts the wait.
+struct Attempts {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int running = 0;
+};
+Attempts& attempts() {
+  static auto* const all = new Attempts();
+  return *all;
+}
+// The wait. Statics are destroyed in the reverse order of their construction, so it is
+// constructed once a connection has run a statement, which builds libpqxx's static data.
+struct WaitForAttemptsAtExit {
+  WaitForAttemptsAtExit() = default;
+  WaitForAttemptsAtExit(const WaitForAttemptsAtExit&) = delete;
+  WaitForAttemptsAtExit& operator=(const WaitForAttemptsAtExit&) = delete;
+  ~WaitForAttemptsAtExit() {
+    auto& all = attempts();
+    std::unique_lock lock(all.mutex);
+    all.cv.wait_for(lock, std::chrono::seconds(5), [&] { return all.running == 0; });
+  }
+};
+
 }  // namespace
 
 void validate_schema_name(std::string_view name) {
@@ -125,19 +151,34 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& options,
     throw pqxx::broken_connection("not connecting: the component is stopping");
   }
   auto attempt = std::make_shared<Attempt>();
-  std::thread([attempt, options] {
+  {
+    std::lock_guard lock(attempts().mutex);
+    ++attempts().running;
+  }
+  std::thread([attempt, options]() mutable {
     std::unique_ptr<pqxx::connection> conn;
     std::exception_ptr error;
     try {
       conn = connect(options);
+      static WaitForAttemptsAtExit wait_at_exit;
     } catch (...) {
       error = std::current_exception();
     }
-    std::lock_guard lock(attempt->mutex);
-    attempt->conn = std::move(conn);
-    attempt->error = error;
-    attempt->done = true;
-    attempt->cv.notify_all();
+    {
+      std::lock_guard lock(attempt->mutex);
+      attempt->conn = std::move(conn);
+      attempt->error = error;
+      attempt->done = true;
+      attempt->cv.notify_all();
+    }
+    // An abandoned attempt's connection closes here, before this thread stops counting.
+    attempt.reset();
+    auto& all = attempts();
+    {
+      std::lock_guard lock(all.mutex);
+      --all.running;
+    }
+    all.cv.notify_all();
   }).detach();
   std::unique_lock lock(attempt->mutex);
   while (
