@@ -1,16 +1,19 @@
 -- A cheaper single-job enqueue, for many producers at once (issue 16's 32-producer figure).
 --
 -- * The settings that enqueue reads (max_payload_bytes, shards) become constants: two SQL
---   functions whose bodies a trigger on `settings` rewrites after every change. A function of a
+--   functions, max_payload_bytes() and shard_count_constant(), whose bodies a trigger on
+--   `settings` rewrites after every change. A function of a
 --   constant is inlined into each caller's cached plan, and PostgreSQL replans the callers when
 --   it is replaced, in every session, at its next transaction. Reading the table instead ran a
 --   query per enqueue (a plan check, locks, an index scan), about a tenth of the call, and every
 --   producer pinned the same buffer. The trigger locks the table against other writers first,
 --   so two writers at once end in a deadlock error for one of them, never in a stale body, and
 --   it refuses to run under a snapshot older than its statement (REPEATABLE READ and above).
--- * A job with a partition key still reads the shard count from the table, as in 0012: a
---   producer in a long transaction must not place an ordered partition under a count that
---   set_shards has changed meanwhile (the strays sweep moves only shards that no longer exist).
+-- * Only a job without a partition key takes the constant count: a stale one puts it on a shard
+--   that no longer exists (the strays sweep moves it) or spreads it a little less. A job with a
+--   key, and every other caller, keep shard_count(), which reads the table: a producer in a long
+--   transaction must not place an ordered partition under a count that set_shards has changed
+--   meanwhile.
 -- * A job without an idempotency key is inserted without ON CONFLICT: a speculative insertion
 --   takes a lock and writes a second WAL record per row, for a key that cannot conflict.
 
@@ -20,8 +23,10 @@ DECLARE
 
 CREATE FUNCTION _BATON_SCHEMA_.max_payload_bytes() RETURNS bigint
 LANGUAGE sql STABLE AS $f$ SELECT 1048576::bigint $f$;
+CREATE FUNCTION _BATON_SCHEMA_.shard_count_constant() RETURNS integer
+LANGUAGE sql STABLE AS $f$ SELECT 1 $f$;
 
--- Rewrites max_payload_bytes() and shard_count() from the settings rows.
+-- Rewrites max_payload_bytes() and shard_count_constant() from the settings rows.
 CREATE FUNCTION _BATON_SCHEMA_.settings_changed() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = _BATON_SCHEMA_, pg_temp AS $f$
 DECLARE
@@ -29,6 +34,7 @@ DECLARE
   shards_text text;
   limit_bytes bigint;
   shards integer;
+  bad boolean := false;
 BEGIN
   LOCK TABLE _BATON_SCHEMA_.settings IN SHARE ROW EXCLUSIVE MODE;
   IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
@@ -45,9 +51,9 @@ BEGIN
     limit_bytes := limit_text::bigint;
     shards := shards_text::integer;
   EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
-    limit_bytes := -1;
+    bad := true;
   END;
-  IF limit_bytes < 0 OR shards NOT BETWEEN 1 AND 64 THEN
+  IF bad OR limit_bytes < 0 OR shards NOT BETWEEN 1 AND 64 THEN
     RAISE EXCEPTION USING ERRCODE = 'BT003',
       MESSAGE = pg_catalog.format('settings: max_payload_bytes %s or shards %s is not allowed',
                                   coalesce(pg_catalog.quote_literal(limit_text), 'NULL'),
@@ -61,7 +67,7 @@ BEGIN
     'CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.max_payload_bytes() RETURNS bigint '
     'LANGUAGE sql STABLE AS %L', pg_catalog.format('SELECT %L::pg_catalog.int8', limit_bytes));
   EXECUTE pg_catalog.format(
-    'CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.shard_count() RETURNS integer '
+    'CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.shard_count_constant() RETURNS integer '
     'LANGUAGE sql STABLE AS %L', pg_catalog.format('SELECT %L::pg_catalog.int4', coalesce(shards, 1)));
   RETURN NULL;
 END
@@ -103,10 +109,9 @@ BEGIN
     PERFORM _BATON_SCHEMA_.raise_problem(problem);
   END IF;
   IF pkey IS NULL THEN
-    new_shard := _BATON_SCHEMA_.shard_of(NULL, _BATON_SCHEMA_.shard_count());
+    new_shard := _BATON_SCHEMA_.shard_of(NULL, _BATON_SCHEMA_.shard_count_constant());
   ELSE
-    new_shard := _BATON_SCHEMA_.shard_of(pkey, coalesce(
-      (SELECT s.value::integer FROM _BATON_SCHEMA_.settings s WHERE s.key = 'shards'), 1));
+    new_shard := _BATON_SCHEMA_.shard_of(pkey, _BATON_SCHEMA_.shard_count());
   END IF;
   IF ikey IS NULL THEN
     INSERT INTO _BATON_SCHEMA_.jobs AS j (queue, type, payload, priority, run_at, max_attempts,

@@ -128,6 +128,27 @@ TEST_F(SqlApi, ASettingsChangeReachesSessionsThatAlreadyEnqueuedAndABadValueIsRe
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 3) << "only the accepted calls inserted";
 }
 
+TEST_F(SqlApi, AShardCountChangeReachesEnqueueAndAPartitionFollowsItInAnOpenTransaction) {
+  // A job without a partition key takes the count as a constant, rewritten with settings; one
+  // with a key reads the table, so that a transaction begun before set_shards cannot split an
+  // ordered partition over two counts.
+  ASSERT_NE(count("SELECT shard_of('order-7', 4)"), 0) << "the key must move when the count does";
+  auto producer = connect(schema_);
+  pqxx::work open(*producer);
+  open.exec("SELECT enqueue('q', 't')");  // plans cached, the transaction open
+  pqxx::nontransaction(*db_).exec("SELECT set_shards(4)");
+  const auto keyed =
+      open.exec("SELECT enqueue('q', 't', partition_key => 'order-7')")[0][0].as<long long>();
+  open.commit();
+  EXPECT_EQ(count("SELECT shard FROM jobs WHERE id = " + std::to_string(keyed)),
+            count("SELECT shard_of('order-7', 4)"));
+  // From its next transaction on, jobs without a key spread over the four shards.
+  pqxx::nontransaction(*producer).exec("SELECT enqueue('q', 't') FROM generate_series(1, 200)");
+  EXPECT_EQ(count("SELECT count(DISTINCT shard) FROM jobs WHERE partition_key IS NULL AND id > " +
+                  std::to_string(keyed)),
+            4);
+}
+
 TEST_F(SqlApi, TheNameRuleIsTheSameInCppAndSql) {
   for (const char* name : {"default", "a", "billing.v2", "tenant:42", "a-b_c", "9lives", "", "_x",
                            "-x", "has space", "semi;colon", "quote'd", "caf\xc3\xa9",
