@@ -82,6 +82,14 @@ Attempts& attempts() {
   static auto* const all = new Attempts();
   return *all;
 }
+void count_attempt(int change) {
+  auto& all = attempts();
+  {
+    std::lock_guard lock(all.mutex);
+    all.running += change;
+  }
+  all.cv.notify_all();
+}
 // The wait. Statics are destroyed in the reverse order of their construction, so it is
 // constructed once a connection has run a statement, which builds libpqxx's static data.
 struct WaitForAttemptsAtExit {
@@ -151,35 +159,32 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& options,
     throw pqxx::broken_connection("not connecting: the component is stopping");
   }
   auto attempt = std::make_shared<Attempt>();
-  {
-    std::lock_guard lock(attempts().mutex);
-    ++attempts().running;
+  count_attempt(1);
+  try {
+    std::thread([attempt, options]() mutable {
+      std::unique_ptr<pqxx::connection> conn;
+      std::exception_ptr error;
+      try {
+        conn = connect(options);
+        static WaitForAttemptsAtExit wait_at_exit;
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(attempt->mutex);
+        attempt->conn = std::move(conn);
+        attempt->error = error;
+        attempt->done = true;
+        attempt->cv.notify_all();
+      }
+      // An abandoned attempt's connection closes here, before this thread stops counting.
+      attempt.reset();
+      count_attempt(-1);
+    }).detach();
+  } catch (...) {
+    count_attempt(-1);  // no thread
+    throw;
   }
-  std::thread([attempt, options]() mutable {
-    std::unique_ptr<pqxx::connection> conn;
-    std::exception_ptr error;
-    try {
-      conn = connect(options);
-      static WaitForAttemptsAtExit wait_at_exit;
-    } catch (...) {
-      error = std::current_exception();
-    }
-    {
-      std::lock_guard lock(attempt->mutex);
-      attempt->conn = std::move(conn);
-      attempt->error = error;
-      attempt->done = true;
-      attempt->cv.notify_all();
-    }
-    // An abandoned attempt's connection closes here, before this thread stops counting.
-    attempt.reset();
-    auto& all = attempts();
-    {
-      std::lock_guard lock(all.mutex);
-      --all.running;
-    }
-    all.cv.notify_all();
-  }).detach();
   std::unique_lock lock(attempt->mutex);
   while (
       !attempt->cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return attempt->done; })) {
