@@ -115,20 +115,41 @@ std::string claim_sql(bool skip_locked) {
 // Running jobs that no live run will finish (see rescue_lost in job_store.h), then their fate:
 // back to the queue, dead (the lost run was the last attempt), or cancelled (it was asked).
 // $1 group, $2 epoch, $3 ids this node still runs, $4 leaderless grace in ms.
+// The other groups that have running jobs are found one index descent each (`before`, `after`),
+// stepping over this group's range: a scan of the running index without a condition on the group
+// walked every entry left by the jobs this group ran since the last vacuum (201 ms at 5M jobs,
+// every 2 s). Only the jobs of a group whose lease ran out are read.
 constexpr const char* kRescueSql = R"sql(
-WITH stale AS (
+WITH RECURSIVE before(g) AS (
+  SELECT (SELECT min(claim_group) FROM jobs WHERE state = 'running' AND claim_group < $1)
+  UNION ALL
+  SELECT (SELECT min(j.claim_group) FROM jobs j
+           WHERE j.state = 'running' AND j.claim_group > b.g AND j.claim_group < $1)
+    FROM before b WHERE b.g IS NOT NULL),
+after(g) AS (
+  SELECT (SELECT min(claim_group) FROM jobs WHERE state = 'running' AND claim_group > $1)
+  UNION ALL
+  SELECT (SELECT min(j.claim_group) FROM jobs j WHERE j.state = 'running' AND j.claim_group > a.g)
+    FROM after a WHERE a.g IS NOT NULL),
+leaderless AS (
+  SELECT o.g FROM (SELECT g FROM before UNION ALL SELECT g FROM after) o
+   WHERE o.g IS NOT NULL
+     AND NOT EXISTS (
+       SELECT 1 FROM locks l
+        WHERE l.region || '/' || l.lock_key = o.g
+          AND l.expires_at > clock_timestamp() - $4::bigint * interval '1 millisecond')),
+stale AS (
   SELECT id FROM jobs
    WHERE state = 'running'
      AND id IN (SELECT id FROM jobs
                  WHERE state = 'running' AND claim_group = $1 AND claimed_epoch < $2
                    AND NOT (id = ANY ($3::bigint[]))
                 UNION ALL
-                SELECT j.id FROM jobs j
-                 WHERE j.state = 'running' AND j.claim_group IS DISTINCT FROM $1
-                   AND NOT EXISTS (
-                     SELECT 1 FROM locks l
-                      WHERE l.region || '/' || l.lock_key = j.claim_group
-                        AND l.expires_at > clock_timestamp() - $4::bigint * interval '1 millisecond'))
+                SELECT j.id FROM jobs j JOIN leaderless o ON j.claim_group = o.g
+                 WHERE j.state = 'running'
+                UNION ALL
+                -- A running job without a group (written by hand): no lease holds it.
+                SELECT j.id FROM jobs j WHERE j.state = 'running' AND j.claim_group IS NULL)
    FOR UPDATE SKIP LOCKED),
 lost AS (
   SELECT j.id, j.attempts, j.claimed_by, j.claimed_epoch,

@@ -242,6 +242,35 @@ TEST_F(Fencing, AGroupLeftWithoutALeaderHasItsJobsRescuedByAnother) {
   EXPECT_EQ(detail::apply_outcomes(*conn_, {done(jobs[0])}, {}), 0u);
 }
 
+TEST_F(Fencing, TheRescueFindsLeaderlessGroupsOnEitherSideOfItsOwnAndOnlyThose) {
+  // The rescuer is group r/m. Groups sort before it (r/a live, r/k whose lease ran out) and after
+  // it (r/y never had a lock row, r/zz live); one running job has no group at all.
+  auto jobs = claim("old", 1);
+  ASSERT_EQ(jobs.size(), 3u);
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("UPDATE locks SET expires_at = now() - interval '1 hour'");
+    tx.exec(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) VALUES "
+        "('m', 'r', 'me', 7, now() + interval '1 minute'), "
+        "('a', 'r', 'x', 1, now() + interval '1 minute'), "
+        "('zz', 'r', 'z', 1, now() + interval '1 minute')");
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, claim_group, claimed_epoch, claimed_by, attempts) "
+        "SELECT 'q', 'noop', 'running', g, e, 'n', 1 FROM (VALUES ('r/a', 1), ('r/a', 1), "
+        "('r/y', 1), ('r/zz', 1), ('r/m', 7), (NULL, 1)) AS v(g, e)");
+  }
+  const auto r = detail::rescue_lost(*conn_, {{"m", "r"}, "me", 7}, {}, std::chrono::seconds(30));
+  EXPECT_EQ(r.requeued, 5u) << "r/k's three, r/y's one and the one without a group";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND claim_group IN "
+                  "('r/a', 'r/zz', 'r/m')"),
+            4)
+      << "a live group's jobs, or the rescuer's own under its epoch, were taken";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND (claim_group IS NULL "
+                  "OR claim_group IN ('r/k', 'r/y'))"),
+            0);
+}
+
 TEST_F(Fencing, AJobThatTakesItsNodeDownOnItsLastAttemptIsDeadAsCrashed) {
   { pqxx::nontransaction(*conn_).exec("UPDATE jobs SET max_attempts = 3"); }
   // Every claim "crashes" (the next epoch rescues it): three runs, then dead, never a fourth.
