@@ -12,7 +12,8 @@ namespace baton::detail {
 namespace {
 
 // The claim. %s is empty, or FOR UPDATE SKIP LOCKED when rows held by another transaction must
-// be skipped rather than waited for.
+// be skipped rather than waited for. %a is empty, or the condition that starts the index scan
+// after a place in claim order ($11-$13, ClaimFilter::after).
 constexpr const char* kClaimSql = R"sql(
 UPDATE jobs j
    SET state = 'running', attempts = j.attempts + 1, claims = j.claims + 1, claimed_at = now(),
@@ -37,7 +38,7 @@ UPDATE jobs j
            AND EXISTS (SELECT 1 FROM locks
                         WHERE lock_key = $3 AND region = $4 AND client_id = $1 AND epoch = $2)
            -- The claimer's shard only (0 in a deployment of one shard).
-           AND shard = $10
+           AND shard = $10 %a
          ORDER BY shard, priority, run_at, id
          LIMIT $6 %s) c
  -- Without SKIP LOCKED the subquery takes no row locks: only the leader claims, so normally there
@@ -51,7 +52,8 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
           extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
-          (extract(epoch FROM now()) * 1000000)::bigint
+          (extract(epoch FROM now()) * 1000000)::bigint, j.priority, j.run_at::text,
+          (extract(epoch FROM j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
 )sql";
 
 // The jobs of a claim that committed but whose answer never came back (the session was cut
@@ -69,7 +71,8 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
           extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
-          (extract(epoch FROM now()) * 1000000)::bigint
+          (extract(epoch FROM now()) * 1000000)::bigint, j.priority, j.run_at::text,
+          (extract(epoch FROM j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
 )sql";
 
 // Whether a session of ours that was cut ($1 pid, $2 its backend_start in microseconds) is still
@@ -105,10 +108,12 @@ UPDATE jobs SET shard = shard_of(partition_key, $1)
                FOR UPDATE SKIP LOCKED)
 )sql";
 
-std::string claim_sql(bool skip_locked) {
+std::string claim_sql(bool skip_locked, bool after) {
   std::string sql = kClaimSql;
-  const auto at = sql.find("%s");
-  sql.replace(at, 2, skip_locked ? "FOR UPDATE SKIP LOCKED" : "");
+  sql.replace(
+      sql.find("%a"), 2,
+      after ? "AND (priority, run_at, id) > ($11::int, $12::timestamptz, $13::bigint)" : "");
+  sql.replace(sql.find("%s"), 2, skip_locked ? "FOR UPDATE SKIP LOCKED" : "");
   return sql;
 }
 
@@ -409,6 +414,8 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows, const Claimer& cl
     c.job.idempotency_key = r[12].is_null() ? "baton:" + schema + ":" + std::to_string(c.job.id)
                                             : std::string(r[12].c_str());
     c.claimed_at_us = r[13].as<std::int64_t>();
+    c.key = {r[14].as<int>(), r[15].c_str(), r[16].as<std::int64_t>(), c.job.id};
+    c.partitioned = r[17].as<bool>();
     out.push_back(std::move(c));
   }
   return out;
@@ -419,8 +426,11 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows, const Claimer& cl
 std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
                                    const ClaimFilter& filter, const std::string& schema) {
   // Prepared: the claim is planned once per connection, not once per batch.
-  const char* name = filter.skip_locked ? "baton_claim_skip" : "baton_claim";
-  conn.prepare(name, claim_sql(filter.skip_locked));
+  static constexpr const char* kNames[2][2] = {{"baton_claim", "baton_claim_after"},
+                                               {"baton_claim_skip", "baton_claim_skip_after"}};
+  const bool after = filter.after.has_value();
+  const char* name = kNames[filter.skip_locked ? 1 : 0][after ? 1 : 0];
+  conn.prepare(name, claim_sql(filter.skip_locked, after));
   pqxx::work tx(conn);
   if (filter.cluster_limit > 0) {
     // Shard leaders claim a limited queue one at a time, each seeing the others' running jobs.
@@ -434,10 +444,16 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
       return {};
     }
   }
-  auto rows = tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
-                               claimer.lock.region, text_array(filter.queues), limit,
-                               text_array(filter.except), claimer.lock.group(),
-                               text_array(filter.types), filter.shard);
+  auto rows = after
+                  ? tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
+                                     claimer.lock.region, text_array(filter.queues), limit,
+                                     text_array(filter.except), claimer.lock.group(),
+                                     text_array(filter.types), filter.shard, filter.after->priority,
+                                     filter.after->run_at, filter.after->id)
+                  : tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
+                                     claimer.lock.region, text_array(filter.queues), limit,
+                                     text_array(filter.except), claimer.lock.group(),
+                                     text_array(filter.types), filter.shard);
   tx.commit();
   return claimed_jobs(rows, claimer, schema);
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "baton/detail/db.h"
@@ -269,6 +270,51 @@ TEST_F(Fencing, TheRescueFindsLeaderlessGroupsOnEitherSideOfItsOwnAndOnlyThose) 
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND (claim_group IS NULL "
                   "OR claim_group IN ('r/k', 'r/y'))"),
             0);
+}
+
+TEST_F(Fencing, AClaimAfterAPlaceInClaimOrderTakesOnlyTheJobsAfterIt) {
+  {
+    pqxx::nontransaction tx(*conn_);
+    // Two more jobs: one first in claim order (priority -1), one in an ordered partition, and a
+    // run_at with microseconds that must survive the trip to the node and back.
+    tx.exec("UPDATE jobs SET run_at = '2026-01-02 03:04:05.123456+00'");
+    tx.exec("INSERT INTO jobs (queue, type, priority) VALUES ('q', 'noop', -1)");
+    tx.exec(
+        "INSERT INTO jobs (queue, type, partition_key, partition, run_at) "
+        "VALUES ('q', 'noop', 'p', 0, '2026-01-02 03:04:05.123457+00')");
+  }
+  auto claim_from = [&](int limit, std::optional<detail::ClaimKey> after) {
+    detail::ClaimFilter filter{{}, {}, {"noop"}};
+    filter.after = std::move(after);
+    return detail::claim_jobs(*conn_, as("old", 1), limit, filter);
+  };
+  auto first = claim_from(2, std::nullopt);
+  ASSERT_EQ(first.size(), 2u);
+  auto last = std::max(first[0].key, first[1].key);
+  EXPECT_EQ(std::min(first[0].key, first[1].key).priority, -1);
+  EXPECT_EQ(last.priority, 0);
+  EXPECT_EQ(last.id, 1) << "claim order is priority, run_at, id";
+  EXPECT_FALSE(first[0].partitioned || first[1].partitioned);
+
+  // A job that sorts before the place is not seen from it; from the beginning it is.
+  {
+    pqxx::nontransaction(*conn_).exec(
+        "INSERT INTO jobs (queue, type, priority) VALUES ('q', 'noop', -5)");
+  }
+  auto next = claim_from(10, last);
+  ASSERT_EQ(next.size(), 3u) << "jobs 2 and 3 (same run_at, later ids), then the partition's";
+  std::sort(next.begin(), next.end(), [](auto& a, auto& b) { return a.key < b.key; });
+  EXPECT_EQ(next[0].key.id, 2);
+  EXPECT_EQ(next[1].key.id, 3);
+  EXPECT_TRUE(next[2].partitioned);
+  EXPECT_EQ(next[2].key.run_at_us - next[1].key.run_at_us, 1)
+      << "run_at lost its microseconds on the way";
+  EXPECT_TRUE(claim_from(10, next[2].key).empty());
+  auto rest = claim_from(10, std::nullopt);
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].key.priority, -5);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND claims = 1"), 6)
+      << "a job was claimed twice, or not at all";
 }
 
 TEST_F(Fencing, AJobThatTakesItsNodeDownOnItsLastAttemptIsDeadAsCrashed) {

@@ -181,6 +181,86 @@ TEST_F(Worker, AJobQueuedWhileAnotherRunsStartsWithoutWaitingForThePoll) {
   }
 }
 
+TEST_F(Worker, AJobThatSortsFirstOvertakesABacklogThatIsDraining) {
+  // While claims come back full, the next one starts after the last job claimed; the claims that
+  // still start from the beginning must find a job queued meanwhile with a higher priority, long
+  // before the backlog ends.
+  auto config = test_config(schema_, "solo");
+  config.threads = 4;
+  config.batch_size = 20;
+  std::mutex m;
+  std::vector<std::string> order;  // what started, in order
+  RunningNode n(config, [&](Node& node) {
+    node.handle("slow", [&](JobContext&) {
+      {
+        std::lock_guard lock(m);
+        order.emplace_back("slow");
+      }
+      std::this_thread::sleep_for(2ms);
+    });
+    node.handle("urgent", [&](JobContext&) {
+      std::lock_guard lock(m);
+      order.emplace_back("urgent");
+    });
+  });
+  constexpr int kBacklog = 2000;
+  Client client(database_url(), schema_);
+  client.enqueue_copies("slow", {}, kBacklog);
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") >= 200; }, 30s));
+  EnqueueOptions first;
+  first.priority = -10;
+  client.enqueue("urgent", {}, first);
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", kBacklog + 1, 60s));
+  std::lock_guard lock(m);
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kBacklog + 1));
+  const auto at = std::find(order.begin(), order.end(), "urgent") - order.begin();
+  EXPECT_LT(at, kBacklog - 1000) << "the job first in claim order waited for the backlog";
+}
+
+TEST_F(Worker, AnOrderedPartitionSpreadThroughABacklogRunsInOrderEachJobOnce) {
+  auto config = test_config(schema_, "solo");
+  config.threads = 4;
+  config.batch_size = 20;
+  std::mutex m;
+  std::vector<int> chain;
+  std::atomic<int> runs{0};
+  RunningNode n(config, [&](Node& node) {
+    node.handle("step", [&](JobContext& ctx) {
+      ++runs;
+      const auto p = ctx.payload();
+      if (p.contains("link")) {
+        std::lock_guard lock(m);
+        chain.push_back(p.at("link").get<int>());
+      }
+    });
+  });
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO queue_state (queue, paused, partitions, updated_by) "
+        "VALUES ('default', true, 1, 't')");
+  }
+  constexpr int kBacklog = 3000;
+  constexpr int kLinks = 30;
+  std::vector<baton::NewJob> jobs;
+  for (int i = 0; i < kBacklog; ++i) {
+    baton::NewJob j{"step", nlohmann::json::object(), {}};
+    if (i % (kBacklog / kLinks) == 0) {
+      j.payload = {{"link", i / (kBacklog / kLinks)}};
+      j.options.partition_key = "chain";
+    }
+    jobs.push_back(std::move(j));
+  }
+  Client(database_url(), schema_).enqueue_batch(jobs);
+  { pqxx::nontransaction(*db_).exec("UPDATE queue_state SET paused = false"); }
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", kBacklog, 60s));
+  EXPECT_EQ(runs.load(), kBacklog);
+  std::lock_guard lock(m);
+  ASSERT_EQ(chain.size(), static_cast<std::size_t>(kLinks));
+  for (int i = 0; i < kLinks; ++i)
+    EXPECT_EQ(chain[static_cast<std::size_t>(i)], i) << "the partition's jobs ran out of order";
+}
+
 TEST_F(Worker, ASessionHoldingTheWakeKeysCannotStallTheQueue) {
   // A stranger that holds a wake key shared keeps the leader from sleeping on it (the leader
   // polls instead); one that holds it exclusively makes every producer notify. Neither may leave

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,19 @@ struct Claimer {
   std::int64_t epoch = 0;
 };
 
+// A job's place in claim order within its shard: (priority, run_at, id).
+struct ClaimKey {
+  int priority = 0;
+  std::string run_at;          // as the server prints it (read back exactly by the same session)
+  std::int64_t run_at_us = 0;  // the same, in µs since 1970, for comparing here
+  std::int64_t id = 0;
+  bool operator<(const ClaimKey& o) const {
+    if (priority != o.priority) return priority < o.priority;
+    if (run_at_us != o.run_at_us) return run_at_us < o.run_at_us;
+    return id < o.id;
+  }
+};
+
 struct ClaimFilter {
   std::vector<std::string> queues;  // empty: every queue
   std::vector<std::string> except;  // never these queues
@@ -45,6 +59,10 @@ struct ClaimFilter {
   // claims of the queue are serialised across the cluster and take at most this many less the
   // jobs of the queue running anywhere.
   int cluster_limit = 0;
+  // Only jobs after this place in claim order (none: from the start). A claim from the start
+  // steps over the index entries of every job claimed since the last vacuum; in a large drain
+  // that is most of its time (docs/performance.md). Jobs before the place are not seen.
+  std::optional<ClaimKey> after{};
 };
 
 struct ClaimedJob {
@@ -57,6 +75,8 @@ struct ClaimedJob {
   std::string row_at;  // the row's address (ctid) after the claim, for its completion
   bool cancel_requested = false;
   std::int64_t claimed_at_us = 0;  // the claim's transaction time, database clock, µs since 1970
+  ClaimKey key{};                  // its place in claim order
+  bool partitioned = false;        // in an ordered partition: its end lets the next one run
 };
 
 // Claims up to `limit` available, due jobs that `filter` admits (and not of paused queues) for
