@@ -148,9 +148,10 @@ Poller::Round Poller::claim_round(Run& run) {
   // index entries of every job claimed since the last vacuum (17 ms for 1.2M of them, against
   // 0.5 ms after the last job; docs/performance.md). Jobs that sort before that place (a higher
   // priority, an earlier run_at, a job put back) are found by the claims that still start from
-  // the beginning: when a claim comes back short, and at least every 50 ms, or ten times as
-  // long as such a claim took. After a job of an ordered partition was claimed, every claim
-  // starts from the beginning for 10 s, so that the partition's next job starts at once.
+  // the beginning: after a claim that came back short, and 50 ms after the last claim from the
+  // beginning (or ten times as long as it took, when longer). After a job of an ordered partition
+  // was claimed, every claim starts from the beginning for 10 s, so that the partition's next job
+  // starts at once.
   auto claim = [&](int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except, int cluster_limit = 0) {
     if (want <= 0 || !lease_.valid(epoch)) return;
