@@ -143,15 +143,8 @@ int Poller::buffer_size() const {
 Poller::Round Poller::claim_round(Run& run) {
   const auto epoch = run.epoch;
   Round round;
-  // While claims keep coming back full (a backlog), the next one starts its index scan after the
-  // last job claimed, rather than from the beginning: a claim from the beginning steps over the
-  // index entries of every job claimed since the last vacuum (17 ms for 1.2M of them, against
-  // 0.5 ms after the last job; docs/performance.md). Jobs that sort before that place (a higher
-  // priority, an earlier run_at, a job put back) are found by the claims that still start from
-  // the beginning: after a claim that came back short, and 50 ms after the last claim from the
-  // beginning (or ten times as long as it took, when longer). After a job of an ordered partition
-  // was claimed, every claim starts from the beginning for 10 s, so that the partition's next job
-  // starts at once.
+  // Each kind of claim (its queues) starts after the last job it claimed while its claims come
+  // back full (worker/claim_cursor.h).
   auto claim = [&](int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except, int cluster_limit = 0) {
     if (want <= 0 || !lease_.valid(epoch)) return;
@@ -163,15 +156,10 @@ Poller::Round Poller::claim_round(Run& run) {
       kind.append(q).push_back(',');
     auto& cursor = run.cursors[kind];
     const auto start = std::chrono::steady_clock::now();
-    const bool from_cursor =
-        cursor.after && start < cursor.next_full && start >= run.partitioned_until;
-    const detail::ClaimFilter filter{queues,
-                                     except,
-                                     config_.types,
-                                     start < run.skip_locked_until,
-                                     config_.shard,
-                                     cluster_limit,
-                                     from_cursor ? cursor.after : std::nullopt};
+    auto after = cursor.next(start);
+    const detail::ClaimFilter filter{
+        queues,        except,        config_.types, start < run.skip_locked_until,
+        config_.shard, cluster_limit, after};
     std::vector<detail::ClaimedJob> jobs;
     {
       // A claim that has not come back by the lease's end is of no use: it is cut then.
@@ -180,22 +168,7 @@ Poller::Round Poller::claim_round(Run& run) {
       jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
                                 config_.connect.schema);
     }
-    const auto end = std::chrono::steady_clock::now();
-    if (!from_cursor) {
-      cursor.next_full = end + std::max<std::chrono::steady_clock::duration>(
-                                   std::chrono::milliseconds(50), 10 * (end - start));
-    }
-    // The next claim starts after the last job of this one (a claim from the beginning that
-    // found jobs before the cursor starts the next one from them).
-    cursor.after.reset();
-    if (static_cast<int>(jobs.size()) >= want) {
-      for (const auto& j : jobs) {
-        if (!cursor.after || *cursor.after < j.key) cursor.after = j.key;
-      }
-    }
-    for (const auto& j : jobs) {
-      if (j.partitioned) run.partitioned_until = end + std::chrono::seconds(10);
-    }
+    cursor.claimed(after, want, jobs, start, std::chrono::steady_clock::now());
     for (const auto& j : jobs) {
       // A moving mean over about the last 1,000 jobs.
       const auto bytes = static_cast<double>(j.job.payload.size());

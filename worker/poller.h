@@ -36,6 +36,7 @@
 #include "baton/detail/lease.h"
 #include "baton/detail/observer.h"
 #include "baton/detail/waker.h"
+#include "worker/claim_cursor.h"
 #include "worker/executor.h"
 
 namespace baton::worker {
@@ -106,16 +107,8 @@ class Poller {
     detail::ServerSession session;  // the claim session's server session (pid 0: none)
     std::vector<Gap> gaps;          // cut claim sessions whose last claim may be unanswered
     std::chrono::steady_clock::time_point next_gap_check{};
-    // Per kind of claim (its queues): where the next one may start, and when one must start
-    // from the beginning again (see claim_round).
-    struct Cursor {
-      std::optional<detail::ClaimKey> after;
-      std::chrono::steady_clock::time_point next_full{};
-    };
-    std::map<std::string, Cursor> cursors;
-    // Claims start from the beginning until then: a job of an ordered partition was claimed,
-    // and its end lets the next job of the partition run, which may sort before any cursor.
-    std::chrono::steady_clock::time_point partitioned_until{};
+    // Per kind of claim (its queues): where the next one starts.
+    std::map<std::string, ClaimCursor> cursors;
   };
   struct Round {
     int jobs = 0;       // claimed

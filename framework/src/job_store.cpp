@@ -13,7 +13,8 @@ namespace {
 
 // The claim. %s is empty, or FOR UPDATE SKIP LOCKED when rows held by another transaction must
 // be skipped rather than waited for. %a is empty, or the condition that starts the index scan
-// after a place in claim order ($11-$13, ClaimFilter::after).
+// after a place in claim order ($11-$13, ClaimFilter::after; run_at in microseconds, so that
+// no text form of a time depends on the session's DateStyle and time zone).
 constexpr const char* kClaimSql = R"sql(
 UPDATE jobs j
    SET state = 'running', attempts = j.attempts + 1, claims = j.claims + 1, claimed_at = now(),
@@ -52,7 +53,7 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
           extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
-          (extract(epoch FROM now()) * 1000000)::bigint, j.priority, j.run_at::text,
+          (extract(epoch FROM now()) * 1000000)::bigint, j.priority,
           (extract(epoch FROM j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
 )sql";
 
@@ -71,7 +72,7 @@ RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
           extract(epoch FROM now() - j.created_at)::float8,
           extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
-          (extract(epoch FROM now()) * 1000000)::bigint, j.priority, j.run_at::text,
+          (extract(epoch FROM now()) * 1000000)::bigint, j.priority,
           (extract(epoch FROM j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
 )sql";
 
@@ -110,9 +111,10 @@ UPDATE jobs SET shard = shard_of(partition_key, $1)
 
 std::string claim_sql(bool skip_locked, bool after) {
   std::string sql = kClaimSql;
-  sql.replace(
-      sql.find("%a"), 2,
-      after ? "AND (priority, run_at, id) > ($11::int, $12::timestamptz, $13::bigint)" : "");
+  sql.replace(sql.find("%a"), 2,
+              after ? "AND (priority, run_at, id) > ($11::int, pg_catalog.to_timestamp(0) + "
+                      "$12::bigint * interval '1 microsecond', $13::bigint)"
+                    : "");
   sql.replace(sql.find("%s"), 2, skip_locked ? "FOR UPDATE SKIP LOCKED" : "");
   return sql;
 }
@@ -414,8 +416,8 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows, const Claimer& cl
     c.job.idempotency_key = r[12].is_null() ? "baton:" + schema + ":" + std::to_string(c.job.id)
                                             : std::string(r[12].c_str());
     c.claimed_at_us = r[13].as<std::int64_t>();
-    c.key = {r[14].as<int>(), r[15].c_str(), r[16].as<std::int64_t>(), c.job.id};
-    c.partitioned = r[17].as<bool>();
+    c.key = {r[14].as<int>(), r[15].as<std::int64_t>(), c.job.id};
+    c.partitioned = r[16].as<bool>();
     out.push_back(std::move(c));
   }
   return out;
@@ -449,7 +451,7 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
                                      claimer.lock.region, text_array(filter.queues), limit,
                                      text_array(filter.except), claimer.lock.group(),
                                      text_array(filter.types), filter.shard, filter.after->priority,
-                                     filter.after->run_at, filter.after->id)
+                                     filter.after->run_at_us, filter.after->id)
                   : tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
                                      claimer.lock.region, text_array(filter.queues), limit,
                                      text_array(filter.except), claimer.lock.group(),

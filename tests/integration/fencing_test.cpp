@@ -244,8 +244,8 @@ TEST_F(Fencing, AGroupLeftWithoutALeaderHasItsJobsRescuedByAnother) {
 }
 
 TEST_F(Fencing, TheRescueFindsLeaderlessGroupsOnEitherSideOfItsOwnAndOnlyThose) {
-  // The rescuer is group r/m. Groups sort before it (r/a live, r/k whose lease ran out) and after
-  // it (r/y never had a lock row, r/zz live); one running job has no group at all.
+  // The rescuer is group r/m. Groups sort before it (r/a live, then r/k whose lease ran out) and
+  // after it (r/y live, then r/zz that never had a lock row); one running job has no group.
   auto jobs = claim("old", 1);
   ASSERT_EQ(jobs.size(), 3u);
   {
@@ -255,20 +255,20 @@ TEST_F(Fencing, TheRescueFindsLeaderlessGroupsOnEitherSideOfItsOwnAndOnlyThose) 
         "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) VALUES "
         "('m', 'r', 'me', 7, now() + interval '1 minute'), "
         "('a', 'r', 'x', 1, now() + interval '1 minute'), "
-        "('zz', 'r', 'z', 1, now() + interval '1 minute')");
+        "('y', 'r', 'y', 1, now() + interval '1 minute')");
     tx.exec(
         "INSERT INTO jobs (queue, type, state, claim_group, claimed_epoch, claimed_by, attempts) "
         "SELECT 'q', 'noop', 'running', g, e, 'n', 1 FROM (VALUES ('r/a', 1), ('r/a', 1), "
         "('r/y', 1), ('r/zz', 1), ('r/m', 7), (NULL, 1)) AS v(g, e)");
   }
   const auto r = detail::rescue_lost(*conn_, {{"m", "r"}, "me", 7}, {}, std::chrono::seconds(30));
-  EXPECT_EQ(r.requeued, 5u) << "r/k's three, r/y's one and the one without a group";
+  EXPECT_EQ(r.requeued, 5u) << "r/k's three, r/zz's one and the one without a group";
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND claim_group IN "
-                  "('r/a', 'r/zz', 'r/m')"),
+                  "('r/a', 'r/y', 'r/m')"),
             4)
       << "a live group's jobs, or the rescuer's own under its epoch, were taken";
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND (claim_group IS NULL "
-                  "OR claim_group IN ('r/k', 'r/y'))"),
+                  "OR claim_group IN ('r/k', 'r/zz'))"),
             0);
 }
 
@@ -282,6 +282,10 @@ TEST_F(Fencing, AClaimAfterAPlaceInClaimOrderTakesOnlyTheJobsAfterIt) {
     tx.exec(
         "INSERT INTO jobs (queue, type, partition_key, partition, run_at) "
         "VALUES ('q', 'noop', 'p', 0, '2026-01-02 03:04:05.123457+00')");
+    // The place travels as microseconds: a time printed in this style and zone ("IST") would
+    // read back as Israel's time, not India's.
+    tx.exec("SET DateStyle = 'SQL, DMY'");
+    tx.exec("SET TimeZone = 'Asia/Kolkata'");
   }
   auto claim_from = [&](int limit, std::optional<detail::ClaimKey> after) {
     detail::ClaimFilter filter{{}, {}, {"noop"}};
@@ -307,8 +311,8 @@ TEST_F(Fencing, AClaimAfterAPlaceInClaimOrderTakesOnlyTheJobsAfterIt) {
   EXPECT_EQ(next[0].key.id, 2);
   EXPECT_EQ(next[1].key.id, 3);
   EXPECT_TRUE(next[2].partitioned);
-  EXPECT_EQ(next[2].key.run_at_us - next[1].key.run_at_us, 1)
-      << "run_at lost its microseconds on the way";
+  EXPECT_EQ(next[2].key.run_at_us - next[1].key.run_at_us, 1);
+  EXPECT_EQ(next[1].key.run_at_us, 1767323045123456) << "2026-01-02 03:04:05.123456+00";
   EXPECT_TRUE(claim_from(10, next[2].key).empty());
   auto rest = claim_from(10, std::nullopt);
   ASSERT_EQ(rest.size(), 1u);

@@ -37,8 +37,7 @@ struct Claimer {
 // A job's place in claim order within its shard: (priority, run_at, id).
 struct ClaimKey {
   int priority = 0;
-  std::string run_at;          // as the server prints it (read back exactly by the same session)
-  std::int64_t run_at_us = 0;  // the same, in µs since 1970, for comparing here
+  std::int64_t run_at_us = 0;  // µs since 1970 (exact: timestamptz keeps microseconds)
   std::int64_t id = 0;
   bool operator<(const ClaimKey& o) const {
     if (priority != o.priority) return priority < o.priority;
