@@ -233,6 +233,38 @@ TEST_F(Producers, AJobEnqueuedInTheCallersTransactionExistsOnlyIfItCommits) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE payload->>'order' = '2'"), 1);
 }
 
+TEST_F(Producers, OneJobIsStoredAsInABatchWithEveryOption) {
+  // A single job goes to baton.enqueue, a batch to enqueue_columns: the rows must not differ.
+  {
+    pqxx::nontransaction(*db_).exec(
+        "INSERT INTO queue_state (queue, partitions) VALUES ('mail', 4)");
+  }
+  Client client(database_url(), schema_);
+  EnqueueOptions o;
+  o.queue = "mail";
+  o.priority = -7;
+  o.run_at = std::chrono::system_clock::time_point(std::chrono::microseconds(1893456000123456));
+  o.max_attempts = 3;
+  o.partition_key = "customer-9";
+  o.timeout = std::chrono::milliseconds(2500);
+  const nlohmann::json payload = {{"to", "ada@example.com"}, {"n", 1.5}};
+  const auto one = client.enqueue_batch({{"send", payload, o}});
+  const auto two = client.enqueue_batch({{"send", payload, o}, {"send", payload, o}});
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(two.size(), 2u);
+  const std::string row =
+      "SELECT row(queue, type, payload, priority, run_at, max_attempts, partition_key, partition, "
+      "timeout_ms, shard, idempotency_key)::text FROM jobs WHERE id = ";
+  const auto single = query_value(*db_, row + std::to_string(one[0]));
+  EXPECT_EQ(single, query_value(*db_, row + std::to_string(two[0])));
+  EXPECT_EQ(single, query_value(*db_, row + std::to_string(two[1])));
+  EXPECT_EQ(query_value(*db_,
+                        "SELECT (extract(epoch FROM run_at) * 1000000)::bigint FROM jobs "
+                        "WHERE id = " +
+                            std::to_string(one[0])),
+            "1893456000123456");
+}
+
 TEST_F(Producers, AnIdempotencyKeyDedupesWhileTheJobIsLive) {
   Client client(database_url(), schema_);
   EnqueueOptions o;

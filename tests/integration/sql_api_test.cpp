@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "baton/detail/db.h"
@@ -147,6 +148,57 @@ TEST_F(SqlApi, AShardCountChangeReachesEnqueueAndAPartitionFollowsItInAnOpenTran
   EXPECT_EQ(count("SELECT count(DISTINCT shard) FROM jobs WHERE partition_key IS NULL AND id > " +
                   std::to_string(keyed)),
             4);
+}
+
+TEST_F(SqlApi, TheColumnsEnqueueFollowsSettingsChangesAndKeepsIdempotency) {
+  // enqueue_columns (the C++ Client's batches) in a session whose plans are cached: a payload
+  // limit changed meanwhile applies at its next call, a partition follows the shard count of
+  // the moment even in a transaction begun before set_shards, and a live key is enqueued once.
+  // $1 jobs of payload $2, each with partition key $3 and idempotency key $4 (NULL: none).
+  const std::string sql =
+      "SELECT count(*) FROM enqueue_columns(array_fill('q'::text, ARRAY[$1::int]), "
+      "array_fill('t'::text, ARRAY[$1::int]), (SELECT jsonb_agg($2::jsonb) FROM generate_series(1, "
+      "$1::int)), array_fill(0, ARRAY[$1::int]), array_fill(0::bigint, ARRAY[$1::int]), "
+      "array_fill(10, "
+      "ARRAY[$1::int]), array_fill(NULL::timestamptz, ARRAY[$1::int]), array_fill($3::text, "
+      "ARRAY[$1::int]), "
+      "array_fill($4::text, ARRAY[$1::int]), array_fill(0, ARRAY[$1::int]))";
+  using Key = std::optional<std::string>;
+  auto producer = connect(schema_);
+  auto enqueue = [&](pqxx::transaction_base& tx, int n, const std::string& payload, Key pkey,
+                     Key ikey) {
+    return tx.exec_params(sql, n, payload, pkey, ikey)[0][0].as<int>();
+  };
+  ASSERT_NE(count("SELECT shard_of('order-7', 4)"), 0) << "the key must move when the count does";
+  pqxx::work open(*producer);
+  ASSERT_EQ(enqueue(open, 1, "{}", std::nullopt, std::nullopt), 1);  // plans cached, still open
+  pqxx::nontransaction(*db_).exec("SELECT set_shards(4)");
+  ASSERT_EQ(enqueue(open, 1, "{}", "order-7", std::nullopt), 1);
+  open.commit();
+  EXPECT_EQ(count("SELECT shard FROM jobs WHERE partition_key = 'order-7'"),
+            count("SELECT shard_of('order-7', 4)"))
+      << "a partition followed a shard count older than its transaction";
+  {
+    pqxx::nontransaction tx(*producer);
+    ASSERT_EQ(enqueue(tx, 200, "{}", std::nullopt, std::nullopt), 200);
+    EXPECT_EQ(enqueue(tx, 2, "{}", std::nullopt, "k1"), 1) << "a key is live once per batch";
+    EXPECT_EQ(enqueue(tx, 1, "{}", std::nullopt, "k1"), 0) << "a live key enqueued again";
+  }
+  EXPECT_EQ(count("SELECT count(DISTINCT shard) FROM jobs WHERE partition_key IS NULL AND "
+                  "idempotency_key IS NULL AND id > 2"),
+            4)
+      << "jobs without a key did not follow the new count";
+  pqxx::nontransaction(*db_).exec(
+      "UPDATE settings SET value = '64' WHERE key = 'max_payload_bytes'");
+  std::string refused = "accepted";
+  try {
+    pqxx::nontransaction tx(*producer);
+    enqueue(tx, 1, R"({"s": ")" + std::string(100, 'x') + R"("})", std::nullopt, std::nullopt);
+  } catch (const pqxx::sql_error& e) {
+    refused = e.sqlstate();
+  }
+  EXPECT_EQ(refused, "BT002") << "the producer's session kept the old payload limit";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 203);
 }
 
 TEST_F(SqlApi, TheNameRuleIsTheSameInCppAndSql) {
