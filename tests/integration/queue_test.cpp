@@ -263,6 +263,30 @@ TEST_F(Producers, OneJobIsStoredAsInABatchWithEveryOption) {
                         "WHERE id = " +
                             std::to_string(one[0])),
             "1893456000123456");
+  // A delay, and a run_at before 1970 with a fraction, each alone and in a batch.
+  const auto since_created = [&](std::int64_t id) {
+    return query_value(*db_,
+                       "SELECT (extract(epoch FROM run_at - created_at) * 1000)::bigint "
+                       "FROM jobs WHERE id = " +
+                           std::to_string(id));
+  };
+  const auto epoch_us = [&](std::int64_t id) {
+    return query_value(*db_,
+                       "SELECT (extract(epoch FROM run_at) * 1000000)::bigint FROM jobs "
+                       "WHERE id = " +
+                           std::to_string(id));
+  };
+  EnqueueOptions later;
+  later.delay = std::chrono::seconds(90);
+  EXPECT_EQ(since_created(client.enqueue_batch({{"send", payload, later}})[0]), "90000");
+  EXPECT_EQ(
+      since_created(client.enqueue_batch({{"send", payload, later}, {"send", payload, later}})[1]),
+      "90000");
+  EnqueueOptions past;
+  past.run_at = std::chrono::system_clock::time_point(std::chrono::microseconds(-1500000));
+  EXPECT_EQ(epoch_us(client.enqueue_batch({{"send", payload, past}})[0]), "-1500000");
+  EXPECT_EQ(epoch_us(client.enqueue_batch({{"send", payload, past}, {"send", payload, past}})[1]),
+            "-1500000");
 }
 
 TEST_F(Producers, AnIdempotencyKeyDedupesWhileTheJobIsLive) {

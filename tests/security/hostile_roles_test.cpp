@@ -6,6 +6,7 @@
 
 #include <pqxx/pqxx>
 
+#include "baton/client.h"
 #include "baton/detail/job_store.h"
 #include "support/roles.h"
 #include "support/schema_test.h"
@@ -52,6 +53,19 @@ class HostileRoles : public SchemaTest {
 
   std::string producer_, stranger_, operator_;
 };
+
+TEST_F(HostileRoles, AProducerWithTheDocumentedGrantsGetsTheLiveJobForItsKey) {
+  // The documented producer may not read jobs: the C++ Client's single job goes to enqueue,
+  // which answers a live key with its job's id.
+  baton::Client client(url_as(producer_), schema_);
+  baton::EnqueueOptions o;
+  o.idempotency_key = "invoice-7";
+  const auto first = client.enqueue("noop", {}, o);
+  EXPECT_EQ(client.enqueue("noop", {{"again", true}}, o), first);
+  o.delay = std::chrono::minutes(5);
+  EXPECT_EQ(client.enqueue("noop", {}, o), first) << "with a delay";
+  EXPECT_EQ(query_value(*db_, "SELECT count(*) FROM jobs"), "1");
+}
 
 TEST_F(HostileRoles, AProducersTempJobsTableWithATriggerNeverRunsAsTheOwner) {
   auto attacker = as(producer_);
