@@ -46,10 +46,11 @@ class ClaimCursor {
       next_full_ = end + std::clamp<Clock::duration>(took, kMinPeriod, kMaxPeriod);
     }
     after_.reset();
-    if (static_cast<int>(jobs.size()) >= want) {
-      for (const auto& j : jobs) {
-        if (!after_ || *after_ < j.key) after_ = j.key;
-      }
+    if (!jobs.empty() && static_cast<int>(jobs.size()) >= want) {
+      detail::ClaimKey last = jobs.front().key;
+      for (const auto& j : jobs)
+        last = std::max(last, j.key);
+      after_ = last;
     }
     for (const auto& j : jobs) {
       if (j.partitioned) partitioned_until_ = end + kAfterPartitioned;
