@@ -143,17 +143,11 @@ int Poller::buffer_size() const {
 Poller::Round Poller::claim_round(Run& run) {
   const auto epoch = run.epoch;
   Round round;
-  // Each kind of claim (its queues) starts after the last job it claimed while its claims come
-  // back full (worker/claim_cursor.h).
-  auto claim = [&](int want, const std::vector<std::string>& queues,
+  // Each kind of claim starts after the last job it claimed while its claims come back full
+  // (worker/claim_cursor.h): `kind` is the limited queue it claims, or "" for the rest.
+  auto claim = [&](const std::string& kind, int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except, int cluster_limit = 0) {
     if (want <= 0 || !lease_.valid(epoch)) return;
-    std::string kind;
-    for (const auto& q : queues)
-      kind.append(q).push_back(',');
-    kind.push_back('|');
-    for (const auto& q : except)
-      kind.append(q).push_back(',');
     auto& cursor = run.cursors[kind];
     const auto start = std::chrono::steady_clock::now();
     auto after = cursor.next(start);
@@ -203,9 +197,10 @@ Poller::Round Poller::claim_round(Run& run) {
     }
     limited.push_back(queue);
     if (config_.cluster_limits) {
-      claim(std::min(room, config_.batch_size), {queue}, {}, limit);
+      claim(queue, std::min(room, config_.batch_size), {queue}, {}, limit);
     } else {
-      claim(std::min({room, limit - executor_.busy_in(queue), config_.batch_size}), {queue}, {});
+      claim(queue, std::min({room, limit - executor_.busy_in(queue), config_.batch_size}), {queue},
+            {});
     }
     room = free_room();
   }
@@ -214,7 +209,7 @@ Poller::Round Poller::claim_round(Run& run) {
     if (config_.queue_limits.count(q) == 0) rest.push_back(q);
   }
   if (config_.queues.empty() || !rest.empty()) {
-    claim(std::min(room, config_.batch_size), rest, limited);
+    claim(std::string(), std::min(room, config_.batch_size), rest, limited);
   }
   return round;
 }

@@ -107,7 +107,7 @@ class Poller {
     detail::ServerSession session;  // the claim session's server session (pid 0: none)
     std::vector<Gap> gaps;          // cut claim sessions whose last claim may be unanswered
     std::chrono::steady_clock::time_point next_gap_check{};
-    // Per kind of claim (its queues): where the next one starts.
+    // Per kind of claim (a limited queue's name, or "" for the rest): where the next one starts.
     std::map<std::string, ClaimCursor> cursors;
   };
   struct Round {

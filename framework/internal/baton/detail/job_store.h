@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -39,11 +40,8 @@ struct ClaimKey {
   int priority = 0;
   std::int64_t run_at_us = 0;  // µs since 1970 (exact: timestamptz keeps microseconds)
   std::int64_t id = 0;
-  bool operator<(const ClaimKey& o) const {
-    if (priority != o.priority) return priority < o.priority;
-    if (run_at_us != o.run_at_us) return run_at_us < o.run_at_us;
-    return id < o.id;
-  }
+  // Claim order: priority, then run_at, then id.
+  auto operator<=>(const ClaimKey&) const = default;
 };
 
 struct ClaimFilter {
