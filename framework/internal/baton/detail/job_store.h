@@ -8,10 +8,10 @@
 #pragma once
 
 #include <chrono>
-#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <pqxx/pqxx>
@@ -41,7 +41,9 @@ struct ClaimKey {
   std::int64_t run_at_us = 0;  // µs since 1970 (exact: timestamptz keeps microseconds)
   std::int64_t id = 0;
   // Claim order: priority, then run_at, then id.
-  auto operator<=>(const ClaimKey&) const = default;
+  bool operator<(const ClaimKey& o) const {
+    return std::tie(priority, run_at_us, id) < std::tie(o.priority, o.run_at_us, o.id);
+  }
 };
 
 struct ClaimFilter {
