@@ -28,6 +28,7 @@ const series = {
   "baton producers, one job a transaction": (r) => r.peer === "baton" && r.figure === "producers" && r.jobs_per_s,
   "plain INSERT producers, one job a transaction": (r) => r.peer === "sql" && r.figure === "producers" && r.jobs_per_s,
   "graphile-worker producers, one job a transaction": (r) => r.peer === "graphile-worker" && r.figure === "producers" && r.jobs_per_s,
+  "INSERT in a SECURITY DEFINER function, producers": (r) => r.peer === "sql-definer" && r.figure === "producers" && r.jobs_per_s,
 };
 const ratios = {
   "baton defaults / graphile-worker 1 process (drain)": ["baton drain, node defaults", "graphile-worker drain, 1 process"],
@@ -40,6 +41,8 @@ const ratios = {
   "graphile-worker / baton (latency p99)": ["graphile-worker latency p99 ms", "baton latency p99 ms"],
   "baton / plain INSERT (producers)": ["baton producers, one job a transaction", "plain INSERT producers, one job a transaction"],
   "baton / graphile-worker (producers)": ["baton producers, one job a transaction", "graphile-worker producers, one job a transaction"],
+  "SECURITY DEFINER INSERT / plain INSERT (producers)": ["INSERT in a SECURITY DEFINER function, producers", "plain INSERT producers, one job a transaction"],
+  "baton / SECURITY DEFINER INSERT (producers)": ["baton producers, one job a transaction", "INSERT in a SECURITY DEFINER function, producers"],
 };
 
 const median = (xs) => {
