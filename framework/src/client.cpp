@@ -28,7 +28,7 @@ constexpr const char* kColumnsSql =
     "$6::int[], $7::timestamptz[], $8::text[], $9::text[], $10::int[])";
 constexpr const char* kPreparedColumns = "baton_enqueue_columns";
 // One job, when the role may call enqueue (sql/0013_enqueue_constants.sql): for a single job it
-// is much the cheaper call (32 producers at once: 1.67 x the jobs per second of enqueue_columns,
+// is much the cheaper call (32 producers at once: 2.03 x the jobs per second of enqueue_columns,
 // docs/performance.md). $10: the delay in ms, for a job without run_at.
 constexpr const char* kOneSql =
     "SELECT @.enqueue($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now() + "
