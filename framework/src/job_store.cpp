@@ -11,6 +11,17 @@
 namespace baton::detail {
 namespace {
 
+// What a claim returns of each job it takes (read by claimed_jobs), and so does the taking of an
+// unanswered claim's jobs.
+constexpr const char* kClaimedColumns = R"sql(
+RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
+          coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
+          extract(epoch FROM now() - j.created_at)::float8,
+          extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
+          (extract(epoch FROM now()) * 1000000)::bigint, j.priority,
+          (extract(epoch FROM j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
+)sql";
+
 // The claim. %s is empty, or FOR UPDATE SKIP LOCKED when rows held by another transaction must
 // be skipped rather than waited for. %a is empty, or the condition that starts the index scan
 // after a place in claim order ($11-$13, ClaimFilter::after; run_at in microseconds, so that
@@ -49,12 +60,6 @@ UPDATE jobs j
  -- is not claimed twice. The address spares the update a primary-key descent per job; the id
  -- guards against its reuse.
  WHERE j.ctid = c.row_at AND j.id = c.id AND j.state = 'available'
-RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
-          coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
-          extract(epoch FROM now() - j.created_at)::float8,
-          extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
-          (extract(epoch FROM now()) * 1000000)::bigint, j.priority,
-          (extract(epoch FROM j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
 )sql";
 
 // The jobs of a claim that committed but whose answer never came back (the session was cut
@@ -68,12 +73,6 @@ UPDATE jobs j SET claimed_at = now()
  WHERE j.state = 'running' AND j.claim_group = $1 AND j.claimed_epoch = $2 AND j.claimed_by = $3
    AND (extract(epoch FROM j.claimed_at) * 1000000)::bigint > $4
    AND (extract(epoch FROM j.claimed_at) * 1000000)::bigint < $5
-RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
-          coalesce(j.timeout_ms, 0), extract(epoch FROM now() - j.run_at)::float8,
-          extract(epoch FROM now() - j.created_at)::float8,
-          extract(epoch FROM j.created_at)::float8, j.ctid::text, j.claims, j.idempotency_key,
-          (extract(epoch FROM now()) * 1000000)::bigint, j.priority,
-          (extract(epoch FROM j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
 )sql";
 
 // Whether a session of ours that was cut ($1 pid, $2 its backend_start in microseconds) is still
@@ -110,7 +109,7 @@ UPDATE jobs SET shard = shard_of(partition_key, $1)
 )sql";
 
 std::string claim_sql(bool skip_locked, bool after) {
-  std::string sql = kClaimSql;
+  std::string sql = std::string(kClaimSql) + kClaimedColumns;
   sql.replace(sql.find("%a"), 2,
               after ? "AND (priority, run_at, id) > ($11::int, pg_catalog.to_timestamp(0) + "
                       "$12::bigint * interval '1 microsecond', $13::bigint)"
@@ -464,8 +463,9 @@ std::vector<ClaimedJob> unanswered_claim(pqxx::connection& conn, const Claimer& 
                                          std::int64_t after_us, std::int64_t before_us,
                                          const std::string& schema) {
   pqxx::work tx(conn);
-  auto rows = tx.exec_params(kUnansweredClaimSql, claimer.lock.group(), claimer.epoch,
-                             claimer.node_id, after_us, before_us);
+  auto rows =
+      tx.exec_params(std::string(kUnansweredClaimSql) + kClaimedColumns, claimer.lock.group(),
+                     claimer.epoch, claimer.node_id, after_us, before_us);
   tx.commit();
   return claimed_jobs(rows, claimer, schema);
 }
