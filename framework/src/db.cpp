@@ -129,6 +129,11 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
   add("idle_session_timeout", o.idle_session_timeout_ms);
   add("idle_in_transaction_session_timeout", o.idle_in_transaction_timeout_ms);
   add("lock_timeout", o.lock_timeout_ms);
+  // A call the call watch cuts (its socket shut down) also ends on the server within a second,
+  // instead of when its statement next writes to the client: a cut claim scanning a large
+  // backlog ran on for as long as its scan took, and claims cut one after another piled up on
+  // the server until the leader's renewal missed its lease (seen in a 5M-job drain).
+  add("client_connection_check_interval", 1000);
   if (o.synchronous_commit_off) set += "; SET synchronous_commit = off";
   if (o.server_keepalive_ms > 0) {
     // The server finds a dead peer no sooner than idle + interval x count seconds; tcp 0 keeps

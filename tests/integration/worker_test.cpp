@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "baton/detail/call_watch.h"
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 #include "baton/detail/registry.h"
@@ -536,8 +537,8 @@ TEST_F(Worker, AnUnansweredClaimIsTakenOnceItsSessionEndedItsTransactionAndOnlyO
       me.lock.group() + "' WHERE id ";
   count("WITH c AS (" + claim + "= " + std::to_string(older) +
         " RETURNING 1) SELECT count(*) FROM c");
-  auto cut = detail::connect({.url = database_url(), .schema = schema_});
-  auto mine = detail::connect({.url = database_url(), .schema = schema_});
+  auto cut = baton::detail::connect({.url = database_url(), .schema = schema_});
+  auto mine = baton::detail::connect({.url = database_url(), .schema = schema_});
   const auto cut_session = detail::server_session(*cut);
   ASSERT_GT(cut_session.pid, 0);
   const auto after = detail::server_session(*mine).now_us;
@@ -589,6 +590,32 @@ TEST_F(Worker, AHungJobIsRescuedAfterItsTimeoutAndDiesWhenOutOfAttempts) {
                    "LIKE '%timeout: no outcome%'") == 1;
       },
       20s));
+}
+
+// A call the call watch cuts at its deadline stops on the server too, not only in this process:
+// a statement that would run for a minute leaves pg_stat_activity within seconds of the cut.
+// (A cut claim that went on scanning a large backlog kept its server session busy; claims cut
+// one after another piled up until the leader missed its renewal.)
+TEST_F(Worker, ACallCutAtItsDeadlineEndsOnTheServer) {
+  auto conn = baton::detail::connect({.url = database_url(), .schema = schema_});
+  const auto pid = baton::detail::server_session(*conn).pid;
+  ASSERT_GT(pid, 0);
+  int owner = 0;
+  const auto started = std::chrono::steady_clock::now();
+  {
+    auto armed = baton::detail::CallWatch::instance().arm(*conn, std::chrono::milliseconds(300),
+                                                          baton::detail::owner_of(&owner));
+    pqxx::nontransaction tx(*conn);
+    EXPECT_THROW(tx.exec("SELECT pg_catalog.pg_sleep(60)"), std::exception);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 30s) << "the call was not cut";
+  EXPECT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(pid)) ==
+               0;
+      },
+      15s))
+      << "the cut session (pid " << pid << ") still runs its statement on the server";
 }
 
 TEST_F(Worker, ThePrunerDeletesOnlyHistoryOlderThanTheRetention) {
