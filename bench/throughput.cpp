@@ -13,7 +13,10 @@
 //   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
 //                    [--backlog 0] [--sleep-jobs 48000] [--runs 3]
 //                    [--console-pages 10] [--only enqueue,drain,sleep,latency,console]
-// --threads 0 and --batch-size 0 leave the node's own defaults.
+//                    [--lock-ttl 500ms]
+// --threads 0 and --batch-size 0 leave the node's own defaults, and so does no --lock-ttl. The
+// drain figures count the leader changes from the nodes' start to the drain's end (each one
+// fences the outcomes of the leader it replaced; their jobs run again).
 // Figures are medians of --runs runs, printed with their range.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -56,6 +59,7 @@ struct Options {
   int runs = 3;  // each figure is the median of this many runs (the large backlog: one)
   int console_pages = 10;
   std::string only = "enqueue,drain,sleep,latency";
+  std::string lock_ttl;  // empty: the node's default
   bool wants(const std::string& part) const {
     return ("," + only + ",").find("," + part + ",") != std::string::npos;
   }
@@ -139,6 +143,7 @@ class Bench {
       if (o_.batch_size > 0) {
         args.insert(args.end(), {"--batch-size", std::to_string(o_.batch_size)});
       }
+      if (!o_.lock_ttl.empty()) args.insert(args.end(), {"--lock-ttl", o_.lock_ttl});
       if (i == n && !console_.empty()) args.insert(args.end(), {"--console-listen", console_});
       nodes_.push_back(
           std::make_unique<baton::test::Process>(std::move(args), dir_ + "/" + id + ".log"));
@@ -210,6 +215,7 @@ class Bench {
     double rate = 0;
     double cpu_ms_per_1000 = 0;
     long long peak_rss_kb = 0;
+    long long leader_changes = 0;  // from the nodes' start to the drain's end
   };
 
   // Queues n jobs of `type` with `payload` while the (already running) cluster's queue is
@@ -219,6 +225,7 @@ class Bench {
                 int console_pages = 0, std::vector<double>* request_ms = nullptr) {
     console_ = console_pages > 0 ? "127.0.0.1:" + std::to_string(free_port()) : "";
     const pid_t leader = start_nodes(3);
+    const long long first_epoch = count("SELECT coalesce(max(epoch), 0) FROM locks");
     // Open pages: each asks what the queues page asks every 2 s (and the cluster page's query),
     // from the moment the queue is resumed until the drain ends.
     std::atomic<bool> stop{false};
@@ -277,6 +284,7 @@ class Bench {
     }
     d.cpu_ms_per_1000 = 1000 * (cpu_seconds(leader) - cpu0) / (static_cast<double>(n) / 1000);
     d.peak_rss_kb = status_kb(leader, "VmHWM");
+    d.leader_changes = count("SELECT coalesce(max(epoch), 0) FROM locks") - first_epoch;
     stop_nodes();
     if (!done) throw std::runtime_error("the drain did not finish within an hour");
     d.rate = static_cast<double>(n) / secs;
@@ -392,10 +400,11 @@ void report(Bench& b, const Options& o) {
   }
   double base = 0;
   if (o.wants("drain")) {
-    std::vector<double> rate, cpu, rss;
+    std::vector<double> rate, cpu, rss, changes;
     for (std::size_t r = 0; r < runs; ++r) {
       const auto d = b.drain(o.drain, "noop", "{}");
       rate.push_back(d.rate);
+      changes.push_back(static_cast<double>(d.leader_changes));
       cpu.push_back(d.cpu_ms_per_1000);
       rss.push_back(static_cast<double>(d.peak_rss_kb) / 1024.0);
     }
@@ -405,7 +414,8 @@ void report(Bench& b, const Options& o) {
                      {"threads", o.threads},
                      {"batch_size", o.batch_size},
                      {"jobs_per_s", base},
-                     {"runs", rate}});
+                     {"runs", rate},
+                     {"leader_changes", changes}});
     line("leader CPU per 1,000 jobs", spread(cpu, "%.2f") + " ms (user + system)");
     figure("cpu", {{"jobs", o.drain}, {"leader_ms_per_1000_jobs", median(cpu)}, {"runs", cpu}});
     line("leader peak resident memory", spread(rss, "%.1f") + " MB");
@@ -414,11 +424,14 @@ void report(Bench& b, const Options& o) {
       const auto d = b.drain(o.backlog, "noop", "{}");
       line("drain, large backlog", spread({d.rate}, "%.0f") + " jobs/s");
       line("backlog rate / base rate", spread({100 * d.rate / base}, "%.1f") + " %");
+      line("leader changes, large backlog", std::to_string(d.leader_changes));
       figure("backlog", {{"jobs", o.backlog},
                          {"jobs_per_s", d.rate},
                          {"base_jobs", o.drain},
                          {"base_jobs_per_s", base},
-                         {"ratio", d.rate / base}});
+                         {"ratio", d.rate / base},
+                         {"leader_changes", d.leader_changes},
+                         {"lock_ttl", o.lock_ttl.empty() ? "default" : o.lock_ttl}});
     }
   }
   if (o.wants("console")) {
@@ -501,6 +514,8 @@ int main(int argc, char** argv) {
       o.console_pages = std::atoi(value);
     } else if (flag == "--only") {
       o.only = value;
+    } else if (flag == "--lock-ttl") {
+      o.lock_ttl = value;
     } else {
       std::fprintf(stderr, "throughput: unknown flag %s (see the comment at the top of %s)\n",
                    flag.c_str(), __FILE__);
