@@ -515,6 +515,12 @@ int main(int argc, char** argv) {
     } else if (flag == "--only") {
       o.only = value;
     } else if (flag == "--lock-ttl") {
+      try {
+        (void)baton::parse_duration(value, "--lock-ttl");  // the nodes' own rule and message
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "throughput: %s\n", e.what());
+        return 2;
+      }
       o.lock_ttl = value;
     } else {
       std::fprintf(stderr, "throughput: unknown flag %s (see the comment at the top of %s)\n",
