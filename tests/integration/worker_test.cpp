@@ -537,8 +537,8 @@ TEST_F(Worker, AnUnansweredClaimIsTakenOnceItsSessionEndedItsTransactionAndOnlyO
       me.lock.group() + "' WHERE id ";
   count("WITH c AS (" + claim + "= " + std::to_string(older) +
         " RETURNING 1) SELECT count(*) FROM c");
-  auto cut = baton::detail::connect({.url = database_url(), .schema = schema_});
-  auto mine = baton::detail::connect({.url = database_url(), .schema = schema_});
+  auto cut = detail::connect({.url = database_url(), .schema = schema_});
+  auto mine = detail::connect({.url = database_url(), .schema = schema_});
   const auto cut_session = detail::server_session(*cut);
   ASSERT_GT(cut_session.pid, 0);
   const auto after = detail::server_session(*mine).now_us;
