@@ -246,6 +246,60 @@ void Elector::answered() {
   last_answer_ns_.store(now_ns());
 }
 
+Elector::Statement::Statement(Elector& elector, pqxx::connection& conn, Clock::time_point deadline,
+                              const char* what)
+    : elector_(elector),
+      armed_(detail::CallWatch::instance().arm(conn, deadline, detail::owner_of(&elector))) {
+  elector_.doing_since_ns_.store(now_ns());
+  elector_.doing_.store(what);
+}
+
+Elector::Statement::~Statement() {
+  elector_.in_statements_ns_.fetch_add(now_ns() - elector_.doing_since_ns_.load());
+  elector_.last_failed_.store(std::uncaught_exceptions() > exceptions_);
+  elector_.last_done_.store(elector_.doing_.exchange(nullptr));
+}
+
+void Elector::lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns) {
+  in_statements_at_lease_from_ns_.store(in_statements_ns);
+  lease_from_ns_.store(sent_ns);
+}
+
+std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
+  const auto late = std::chrono::duration_cast<Millis>(Clock::now() - deadline);
+  const auto now = now_ns();
+  const char* what = doing_.load();
+  const auto since = doing_since_ns_.load();
+  auto waited = in_statements_ns_.load() - in_statements_at_lease_from_ns_.load();
+  if (what != nullptr) waited += now - since;
+  const auto span = now - lease_from_ns_.load();
+  const auto own = std::max<std::int64_t>(span - waited, 0);
+  const auto ms = [](std::int64_t ns) { return ns / 1'000'000; };
+  std::string why = fmt::format(
+      "of the {} ms since the renewal it ran from was sent, {} ms went waiting for the database "
+      "and {} ms to this process",
+      ms(span), ms(waited), ms(own));
+  if (what != nullptr) {
+    why += fmt::format(" (its {} has waited {} ms)", what, ms(now - since));
+  } else if (const char* last = last_done_.load(); last != nullptr && last_failed_.load()) {
+    why += fmt::format(" (its {} ended without an answer)", last);
+  }
+  if (late >= config_.renew_interval) {
+    why += fmt::format(
+        ": this process did not run for a while (its watchdog woke {} ms after the lease's end): "
+        "it was stopped, or starved of CPU",
+        late.count());
+  } else if (waited >= own) {
+    why += ": the database answered too slowly (see its CPU, I/O and wait events)";
+  } else {
+    why += fmt::format(
+        ": this process was slow between statements, so it got no CPU or was stopped (it pauses "
+        "{} ms between renewals)",
+        config_.renew_interval.count());
+  }
+  return why;
+}
+
 Clock::time_point Elector::statement_deadline(std::int64_t held_epoch) const {
   if (held_epoch != 0 && lease_.epoch() == held_epoch) return lease_.deadline();
   return Clock::now() + config_.retry_interval + config_.lease;
@@ -287,6 +341,8 @@ void Elector::event_loop() {
     const auto e = lease_.epoch();
     if (e != 0 && Clock::now() >= lease_.deadline()) {
       lock.unlock();
+      spdlog::warn("lease ran out: {}epoch={}, no renewal came back within {} ms: {}",
+                   config_.label, e, config_.lease.count(), why_lease_ran_out(lease_.deadline()));
       if (observer_ != nullptr) observer_->renewal_failed();
       revoke(e, RevokeReason::lost_renewal);
       lock.lock();
@@ -391,7 +447,7 @@ void Elector::heartbeat_loop() {
   if (conn && config_.writes_node_row) {
     try {
       receiver.reset();
-      auto armed = detail::CallWatch::instance().arm(*conn, config_.lease, detail::owner_of(this));
+      Statement armed(*this, *conn, Clock::now() + config_.lease, "node row's last update");
       pqxx::nontransaction tx(*conn);
       tx.exec_params("UPDATE nodes SET role = 'stopped', last_seen = now() WHERE node_id = $1",
                      config_.node_id);
@@ -472,8 +528,7 @@ void Elector::keep_alive(pqxx::connection& conn) {
   const auto last =
       std::chrono::steady_clock::time_point(std::chrono::nanoseconds(last_answer_ns_.load()));
   if (Clock::now() - last < config_.renew_interval) return;
-  auto armed =
-      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
+  Statement armed(*this, conn, statement_deadline(0), "keep-alive");
   pqxx::nontransaction tx(conn);
   tx.exec("SELECT 1");
   answered();
@@ -498,8 +553,7 @@ bool Elector::acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
   // lock wait holds a snapshot for as long as it waits (pg_stat_activity.backend_xmin), and a
   // follower that waited for hours would hold back VACUUM on the job tables all that time.
   {
-    auto armed =
-        detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
+    Statement armed(*this, conn, statement_deadline(0), "lock attempt");
     pqxx::nontransaction tx(conn);
     const bool got = tx.exec_params(kTryLockSql, config_.region, config_.lock_key)[0][0].as<bool>();
     answered();
@@ -511,10 +565,11 @@ bool Elector::acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
 
 void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto sent = Clock::now();
+  const auto sent_ns = now_ns();
+  const auto in_statements = in_statements_ns_.load();
   // If this fails, the caller drops the session, so the advisory lock is never held without
   // the row.
-  auto armed =
-      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
+  Statement armed(*this, conn, statement_deadline(0), "grant");
   pqxx::work tx(conn);
   // Renewals may be lost in a crash (the session commits asynchronously), a grant may not: an
   // epoch lost and issued again would let a deposed leader's claim tokens match a new claim's.
@@ -535,6 +590,7 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
   tx.commit();
   answered();
   held_epoch = epoch;
+  lease_from(sent_ns, in_statements);
   lease_.grant(epoch, sent + config_.lease);
   {
     std::lock_guard lock(mutex_);  // the watchdog picks up the new deadline
@@ -553,8 +609,7 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
 void Elector::take_control_requests(pqxx::connection& conn, std::int64_t held_epoch) {
   next_control_check_ = Clock::now() + std::chrono::seconds(1);
   const bool may_accept = Clock::now() >= next_step_down_allowed_;
-  auto armed = detail::CallWatch::instance().arm(conn, statement_deadline(held_epoch),
-                                                 detail::owner_of(this));
+  Statement armed(*this, conn, statement_deadline(held_epoch), "step-down request check");
   for (const auto& r :
        detail::take_control(conn, config_.node_id, group(), may_accept, std::chrono::seconds(60))) {
     spdlog::info("step-down request {} from role {}{}: {}", r.id, r.requested_by,
@@ -567,8 +622,7 @@ void Elector::take_control_requests(pqxx::connection& conn, std::int64_t held_ep
 }
 
 void Elector::check_lock_holder(pqxx::connection& conn) {
-  auto armed =
-      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
+  Statement armed(*this, conn, statement_deadline(0), "lock holder check");
   pqxx::nontransaction tx(conn);
   auto r = tx.exec_params(kStrangerSql, config_.lock_key, config_.region,
                           static_cast<std::int64_t>(config_.ttl.count()));
@@ -613,8 +667,7 @@ void Elector::check_lock_holder(pqxx::connection& conn) {
 }
 
 void Elector::maybe_evict(pqxx::connection& conn) {
-  auto armed =
-      detail::CallWatch::instance().arm(conn, statement_deadline(0), detail::owner_of(this));
+  Statement armed(*this, conn, statement_deadline(0), "stale leader check");
   pqxx::nontransaction tx(conn);
   auto stale = tx.exec_params(kStaleHolderSql, config_.lock_key, config_.region);
   answered();
@@ -634,7 +687,8 @@ void Elector::maybe_evict(pqxx::connection& conn) {
 }
 
 void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string& previous) {
-  auto armed = detail::CallWatch::instance().arm(conn, config_.lease, detail::owner_of(this));
+  Statement armed(*this, conn, Clock::now() + config_.lease,
+                  "ending of the deposed leader's transactions");
   pqxx::nontransaction tx(conn);
   const auto ended = tx.exec_params(kEndDeposedSql,
                                     detail::node_application_name(previous, config_.connect.schema),
@@ -650,9 +704,10 @@ void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string
 
 void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto sent = Clock::now();
+  const auto sent_ns = now_ns();
+  const auto in_statements = in_statements_ns_.load();
   // A renewal that has not come back by the lease's end is of no use: cut it then.
-  auto armed = detail::CallWatch::instance().arm(conn, statement_deadline(held_epoch),
-                                                 detail::owner_of(this));
+  Statement armed(*this, conn, statement_deadline(held_epoch), "renewal");
   pqxx::nontransaction tx(conn);
   auto r = tx.exec_params(kRenewSql, config_.lock_key, config_.region, config_.node_id, held_epoch,
                           static_cast<std::int64_t>(config_.ttl.count()));
@@ -666,13 +721,16 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
         "renewal matched no lock row: another node took over (or this statement ran on another "
         "server session than the lock's: a transaction pooler)");
   }
-  if (observer_ != nullptr) observer_->renewed();
+  if (observer_ != nullptr) {
+    observer_->renewed(std::chrono::duration<double>(Clock::now() - sent).count());
+  }
   // Extend only if the watchdog did not revoke meanwhile; the lease runs from the SEND time.
+  lease_from(sent_ns, in_statements);
   lease_.extend(held_epoch, sent + config_.lease);
 }
 
 void Elector::release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason) {
-  auto armed = detail::CallWatch::instance().arm(conn, config_.lease, detail::owner_of(this));
+  Statement armed(*this, conn, Clock::now() + config_.lease, "release");
   pqxx::nontransaction tx(conn);
   tx.exec_params(kReleaseRowSql, config_.lock_key, config_.region, config_.node_id, epoch,
                  std::string(to_string(reason)));
@@ -696,8 +754,7 @@ void Elector::touch_node_row(pqxx::connection& conn, bool force) {
     led += std::to_string(state.shards_led[i]);
   }
   led += '}';
-  auto armed =
-      detail::CallWatch::instance().arm(conn, statement_deadline(e), detail::owner_of(this));
+  Statement armed(*this, conn, statement_deadline(e), "node row update");
   pqxx::nontransaction tx(conn);
   tx.exec_params(kNodeRowSql, config_.node_id, config_.host, static_cast<int>(getpid()),
                  config_.version, state.role, state.epoch, config_.metrics_addr,

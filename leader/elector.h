@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "baton/config.h"
+#include "baton/detail/call_watch.h"
 #include "baton/detail/db.h"
 #include "baton/detail/lease.h"
 #include "baton/detail/observer.h"
@@ -145,6 +147,28 @@ class Elector {
   std::chrono::steady_clock::time_point statement_deadline(std::int64_t held_epoch) const;
   void answered();  // the server answered: the session is reachable
 
+  // A statement of the heartbeat thread: watched until `deadline` and named, so that a lease that
+  // runs out can say what the thread was waiting for.
+  class Statement {
+   public:
+    Statement(Elector& elector, pqxx::connection& conn,
+              std::chrono::steady_clock::time_point deadline, const char* what);
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+    ~Statement();
+
+   private:
+    Elector& elector_;
+    const int exceptions_ = std::uncaught_exceptions();
+    detail::CallWatch::Armed armed_;
+  };
+  // Why the lease that ended at `deadline` ran out, as far as this process can tell (for the
+  // log): how its time went between waiting for the database and this process's own work.
+  std::string why_lease_ran_out(std::chrono::steady_clock::time_point deadline) const;
+  // The lease now runs from `sent` (steady clock, ns), the send time of a renewal or grant whose
+  // statement began with `in_statements_ns` spent so far.
+  void lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns);
+
   const ElectorConfig config_;
   const ElectorEvents on_;
   detail::LeaderObserver* const observer_;
@@ -152,6 +176,17 @@ class Elector {
 
   detail::Lease& lease_;
   std::atomic<std::int64_t> last_answer_ns_{0};  // steady clock
+  // Written by the heartbeat thread, read when the lease runs out (steady clock, ns): the
+  // statement in flight (nullptr between statements) and its start; the last one that ended and
+  // whether it failed; the time spent in statements so far; the send time of the renewal (or
+  // grant) the lease runs from and that total then.
+  std::atomic<const char*> doing_{nullptr};
+  std::atomic<std::int64_t> doing_since_ns_{0};
+  std::atomic<const char*> last_done_{nullptr};
+  std::atomic<bool> last_failed_{false};
+  std::atomic<std::int64_t> in_statements_ns_{0};
+  std::atomic<std::int64_t> lease_from_ns_{0};
+  std::atomic<std::int64_t> in_statements_at_lease_from_ns_{0};
   std::atomic<bool> stopping_{false};
   // A yield asked for: -1 (none), 0 (whatever is held), or the epoch to release.
   std::atomic<std::int64_t> yield_requested_{-1};

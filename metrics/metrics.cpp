@@ -88,7 +88,10 @@ class Metrics::ShardObserver final : public detail::LeaderObserver {
   void revoked(std::int64_t epoch, std::string_view reason) override {
     m_.shard_revoked(shard_, epoch, reason);
   }
-  void renewed() override { m_.live_->lease_renewed(shard_); }
+  void renewed(double seconds) override {
+    m_.live_->lease_renewed(shard_);
+    m_.renewal_seconds_.Observe(seconds);
+  }
   void renewal_failed() override { m_.renewal_failed(); }
   void evicted_holder() override { m_.evicted_holder(); }
   void stranger_holds_lock(bool holds) override { m_.stranger_holds_lock(holds); }
@@ -193,6 +196,16 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
                             .Help("Lease renewals that failed or ran out.")
                             .Register(*registry_)
                             .Add({})),
+      renewal_seconds_(
+          BuildHistogram()
+              .Name("baton_lease_renewal_seconds")
+              .Help("Round trip of this leader's lease renewals (with shards: every shard's). A "
+                    "renewal slower than the leader's own lease (lock-ttl x 0.99 - lease-margin) "
+                    "loses leadership.")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                               0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5,
+                                                               1, 2, 5})),
       evictions_(BuildCounter()
                      .Name("baton_evictions_total")
                      .Help("Stale leaders this node evicted with pg_terminate_backend.")
@@ -477,8 +490,9 @@ void Metrics::revoked(std::int64_t epoch, std::string_view reason) {
   shard_revoked(0, epoch, reason);
 }
 
-void Metrics::renewed() {
+void Metrics::renewed(double seconds) {
   live_->lease_renewed(0);
+  renewal_seconds_.Observe(seconds);
 }
 
 void Metrics::renewal_failed() {

@@ -74,7 +74,7 @@ class Metrics final : public detail::JobObserver,
   // LeaderObserver (shard 0's, or the one leadership without shards)
   void granted(std::int64_t epoch, double failover_seconds) override;
   void revoked(std::int64_t epoch, std::string_view reason) override;
-  void renewed() override;
+  void renewed(double seconds) override;
   void renewal_failed() override;
   void evicted_holder() override;
   void stranger_holds_lock(bool holds) override;
@@ -126,6 +126,7 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Counter>& fenced_;
   prometheus::Counter& released_;
   prometheus::Counter& renewal_failures_;
+  prometheus::Histogram& renewal_seconds_;
   prometheus::Counter& evictions_;
   prometheus::Gauge& stranger_;
   prometheus::Gauge& pool_threads_;

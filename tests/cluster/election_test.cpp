@@ -122,6 +122,14 @@ TEST(Election, AFrozenLeaderIsReplacedAndNeverCommitsTwice) {
       20s))
       << "the thawed leader did not revoke itself\n"
       << cluster.process(frozen).log();
+  // It says why: not the database, but its own stop (its watchdog woke long after the lease).
+  {
+    const auto log = cluster.process(frozen).log();
+    const auto ran_out = log.find("lease ran out: epoch=");
+    ASSERT_NE(ran_out, std::string::npos) << log;
+    const auto line = log.substr(ran_out, log.find('\n', ran_out) - ran_out);
+    EXPECT_NE(line.find("this process did not run for a while"), std::string::npos) << line;
+  }
 
   // Work enqueued after the thaw runs on the new leader only.
   enqueue(cluster, "record_tx", R"({"ms": 0})", 20);

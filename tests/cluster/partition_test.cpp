@@ -260,6 +260,15 @@ TEST(Partition, ABlackholedLeaderStopsReportsAndExitsWithinTheGrace) {
       << cluster.process(leader).log();
   std::printf("[ info ] blackhole to stopped consuming: %.0f ms\n",
               ms_between(cut, *logged_at(cluster.process(leader).log(), stopped, cut)));
+  // It says why: its lease ran out waiting for a database that did not answer.
+  {
+    const auto log = cluster.process(leader).log();
+    const auto ran_out = log.find("lease ran out: epoch=" + std::to_string(epoch) + ",");
+    ASSERT_NE(ran_out, std::string::npos) << log;
+    const auto line = log.substr(ran_out, log.find('\n', ran_out) - ran_out);
+    EXPECT_NE(line.find("went waiting for the database"), std::string::npos) << line;
+    EXPECT_NE(line.find("the database answered too slowly"), std::string::npos) << line;
+  }
   EXPECT_TRUE(wait_for(
       [&] { return metric(scrape(addr), "baton_leader") == 0 && !scrape(addr).empty(); }, 5s))
       << scrape(addr);

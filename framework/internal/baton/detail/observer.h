@@ -80,7 +80,8 @@ class LeaderObserver : public virtual ErrorObserver {
   // negative when there was no previous holder or it was this node.
   virtual void granted(std::int64_t epoch, double failover_seconds) = 0;
   virtual void revoked(std::int64_t epoch, std::string_view reason) = 0;
-  virtual void renewed() = 0;
+  // A renewal came back after `seconds` (its round trip).
+  virtual void renewed(double seconds) = 0;
   virtual void renewal_failed() = 0;
   virtual void evicted_holder() = 0;
   // A session that is not a node holds the leader lock while no node leads (true), or no longer.
