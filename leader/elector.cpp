@@ -260,6 +260,14 @@ Elector::Statement::~Statement() {
   elector_.last_done_.store(elector_.doing_.exchange(nullptr));
 }
 
+void Elector::lease_ran_out(std::int64_t epoch, Clock::time_point deadline) {
+  const auto why = fmt::format("no renewal came back within {} ms; {}", config_.lease.count(),
+                               why_lease_ran_out(deadline));
+  if (revoke(epoch, RevokeReason::lost_renewal, why) && observer_ != nullptr) {
+    observer_->renewal_failed();
+  }
+}
+
 void Elector::lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns) {
   in_statements_at_lease_from_ns_.store(in_statements_ns);
   lease_from_ns_.store(sent_ns);
@@ -273,11 +281,13 @@ std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
   auto waited = in_statements_ns_.load() - in_statements_at_lease_from_ns_.load();
   if (what != nullptr) waited += now - since;
   const auto span = now - lease_from_ns_.load();
-  const auto own = std::max<std::int64_t>(span - waited, 0);
+  // The statement that ends as this is read may be counted twice: never more than the span.
+  waited = std::clamp<std::int64_t>(waited, 0, span);
+  const auto own = span - waited;
   const auto ms = [](std::int64_t ns) { return ns / 1'000'000; };
   std::string why = fmt::format(
-      "of the {} ms since the renewal it ran from was sent, {} ms went waiting for the database "
-      "and {} ms to this process",
+      "of the {} ms since the renewal (or grant) it ran from was sent, {} ms went waiting for the "
+      "database and {} ms to this process (its pauses between renewals included)",
       ms(span), ms(waited), ms(own));
   if (what != nullptr) {
     why += fmt::format(" (its {} has waited {} ms)", what, ms(now - since));
@@ -290,10 +300,12 @@ std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
         "it was stopped, or starved of CPU",
         late.count());
   } else if (waited >= own) {
-    why += ": the database answered too slowly (see its CPU, I/O and wait events)";
+    why +=
+        ": the database, or the network to it, answered too slowly (see the server's CPU, I/O "
+        "and wait events)";
   } else {
     why += fmt::format(
-        ": this process was slow between statements, so it got no CPU or was stopped (it pauses "
+        ": this process was slow between statements: it got no CPU or was stopped (it pauses "
         "{} ms between renewals)",
         config_.renew_interval.count());
   }
@@ -305,7 +317,7 @@ Clock::time_point Elector::statement_deadline(std::int64_t held_epoch) const {
   return Clock::now() + config_.retry_interval + config_.lease;
 }
 
-bool Elector::revoke(std::int64_t epoch, RevokeReason reason) {
+bool Elector::revoke(std::int64_t epoch, RevokeReason reason, const std::string& why) {
   if (!lease_.end(epoch)) return false;
   // Reported before anything else: from this instant this node says it does not lead.
   if (observer_ != nullptr) observer_->revoked(epoch, to_string(reason));
@@ -313,7 +325,8 @@ bool Elector::revoke(std::int64_t epoch, RevokeReason reason) {
     spdlog::info("leadership released: {}epoch={} reason={}", config_.label, epoch,
                  to_string(reason));
   } else {
-    spdlog::warn("leadership LOST: {}epoch={} reason={}", config_.label, epoch, to_string(reason));
+    spdlog::warn("leadership LOST: {}epoch={} reason={}{}{}", config_.label, epoch,
+                 to_string(reason), why.empty() ? "" : ": ", why);
   }
   post({Event::revoked, epoch, reason});
   // Whatever the heartbeat is waiting for on the network is of no use any more.
@@ -338,13 +351,13 @@ void Elector::event_loop() {
     const auto wake =
         lease_.epoch() != 0 ? lease_.deadline() : Clock::now() + config_.renew_interval;
     cv_.wait_until(lock, wake, [this] { return !events_.empty() || events_done_; });
+    // The deadline first: a grant stores its deadline before its epoch, a revoke ends the epoch
+    // before it zeroes the deadline, so a non-zero deadline read here belongs to `e` or earlier.
+    const auto deadline = lease_.deadline();
     const auto e = lease_.epoch();
-    if (e != 0 && Clock::now() >= lease_.deadline()) {
+    if (e != 0 && deadline != Clock::time_point{} && Clock::now() >= deadline) {
       lock.unlock();
-      spdlog::warn("lease ran out: {}epoch={}, no renewal came back within {} ms: {}",
-                   config_.label, e, config_.lease.count(), why_lease_ran_out(lease_.deadline()));
-      if (observer_ != nullptr) observer_->renewal_failed();
-      revoke(e, RevokeReason::lost_renewal);
+      lease_ran_out(e, deadline);
       lock.lock();
     }
     while (!events_.empty()) {
@@ -414,7 +427,15 @@ void Elector::heartbeat_loop() {
       step(*conn, held_epoch);
     } catch (const std::exception& e) {
       if (held_epoch != 0) {
-        revoke(held_epoch, RevokeReason::connection_lost);
+        // A statement cut at the lease's end fails here at the watchdog's instant: whichever
+        // comes first reports the lease that ran out.
+        const auto deadline = lease_.deadline();
+        if (lease_.epoch() == held_epoch && deadline != Clock::time_point{} &&
+            Clock::now() >= deadline) {
+          lease_ran_out(held_epoch, deadline);
+        } else {
+          revoke(held_epoch, RevokeReason::connection_lost);
+        }
         held_epoch = 0;
       }
       receiver.reset();
@@ -567,28 +588,36 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto sent = Clock::now();
   const auto sent_ns = now_ns();
   const auto in_statements = in_statements_ns_.load();
-  // If this fails, the caller drops the session, so the advisory lock is never held without
-  // the row.
-  Statement armed(*this, conn, statement_deadline(0), "grant");
-  pqxx::work tx(conn);
-  // Renewals may be lost in a crash (the session commits asynchronously), a grant may not: an
-  // epoch lost and issued again would let a deposed leader's claim tokens match a new claim's.
-  // With a synchronous standby this also waits until the standby has the grant.
-  tx.exec("SET LOCAL synchronous_commit = on");
-  const auto rows = tx.exec_params(kGrantSql, config_.lock_key, config_.region, config_.node_id,
-                                   static_cast<std::int64_t>(config_.ttl.count()), config_.host);
-  if (rows.empty()) {
-    throw std::runtime_error(
-        "the grant ran on another server session than the one holding the lock: the election "
-        "connection goes through a transaction pooler (PgBouncer pool_mode=transaction?). "
-        "Connect nodes directly or through a session-mode pool, or give "
-        "--election-database-url a direct URL");
+  std::int64_t epoch = 0;
+  std::string previous;
+  double failover_seconds = -1.0;
+  {
+    // If this fails, the caller drops the session, so the advisory lock is never held without
+    // the row. (Its own block: the statements after it are recorded as their own.)
+    Statement armed(*this, conn, statement_deadline(0), "grant");
+    pqxx::work tx(conn);
+    // Renewals may be lost in a crash (the session commits asynchronously), a grant may not: an
+    // epoch lost and issued again would let a deposed leader's claim tokens match a new claim's.
+    // With a synchronous standby this also waits until the standby has the grant.
+    tx.exec("SET LOCAL synchronous_commit = on");
+    const auto rows = tx.exec_params(kGrantSql, config_.lock_key, config_.region, config_.node_id,
+                                     static_cast<std::int64_t>(config_.ttl.count()), config_.host);
+    if (rows.empty()) {
+      throw std::runtime_error(
+          "the grant ran on another server session than the one holding the lock: the election "
+          "connection goes through a transaction pooler (PgBouncer pool_mode=transaction?). "
+          "Connect nodes directly or through a session-mode pool, or give "
+          "--election-database-url a direct URL");
+    }
+    const auto row = rows[0];
+    epoch = row[0].as<std::int64_t>();
+    previous = row[1].is_null() ? "" : row[1].c_str();
+    if (!previous.empty() && previous != config_.node_id && !row[2].is_null()) {
+      failover_seconds = row[2].as<double>();
+    }
+    tx.commit();
+    answered();
   }
-  const auto row = rows[0];
-  const auto epoch = row[0].as<std::int64_t>();
-  const std::string previous = row[1].is_null() ? "" : row[1].c_str();
-  tx.commit();
-  answered();
   held_epoch = epoch;
   lease_from(sent_ns, in_statements);
   lease_.grant(epoch, sent + config_.lease);
@@ -597,10 +626,7 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
   }
   cv_.notify_all();
   spdlog::info("leadership GRANTED: {}epoch={}", config_.label, epoch);
-  if (observer_ != nullptr) {
-    const bool takeover = !previous.empty() && previous != config_.node_id && !row[2].is_null();
-    observer_->granted(epoch, takeover ? row[2].as<double>() : -1.0);
-  }
+  if (observer_ != nullptr) observer_->granted(epoch, failover_seconds);
   post({Event::granted, epoch});
   touch_node_row(conn, true);
   if (!previous.empty() && previous != config_.node_id) end_deposed_transactions(conn, previous);
@@ -708,9 +734,22 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto in_statements = in_statements_ns_.load();
   // A renewal that has not come back by the lease's end is of no use: cut it then.
   Statement armed(*this, conn, statement_deadline(held_epoch), "renewal");
-  pqxx::nontransaction tx(conn);
-  auto r = tx.exec_params(kRenewSql, config_.lock_key, config_.region, config_.node_id, held_epoch,
-                          static_cast<std::int64_t>(config_.ttl.count()));
+  // Every renewal's time is observed, one that failed or was cut at the lease's end too.
+  const auto took = [&] {
+    if (observer_ != nullptr) {
+      observer_->renewal_took(std::chrono::duration<double>(Clock::now() - sent).count());
+    }
+  };
+  pqxx::result r;
+  try {
+    pqxx::nontransaction tx(conn);
+    r = tx.exec_params(kRenewSql, config_.lock_key, config_.region, config_.node_id, held_epoch,
+                       static_cast<std::int64_t>(config_.ttl.count()));
+  } catch (...) {
+    took();
+    throw;
+  }
+  took();
   answered();
   if (r.affected_rows() == 0) {
     if (observer_ != nullptr) observer_->renewal_failed();
@@ -721,9 +760,7 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
         "renewal matched no lock row: another node took over (or this statement ran on another "
         "server session than the lock's: a transaction pooler)");
   }
-  if (observer_ != nullptr) {
-    observer_->renewed(std::chrono::duration<double>(Clock::now() - sent).count());
-  }
+  if (observer_ != nullptr) observer_->renewed();
   // Extend only if the watchdog did not revoke meanwhile; the lease runs from the SEND time.
   lease_from(sent_ns, in_statements);
   lease_.extend(held_epoch, sent + config_.lease);

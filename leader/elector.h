@@ -138,7 +138,10 @@ class Elector {
   void check_lock_holder(pqxx::connection& conn);
   std::string group() const { return config_.region + "/" + config_.lock_key; }
   // Marks leadership lost and queues the event; false when it was lost already.
-  bool revoke(std::int64_t epoch, RevokeReason reason);
+  // `why`, if any, follows the reason in the log line.
+  bool revoke(std::int64_t epoch, RevokeReason reason, const std::string& why = {});
+  // The lease of `epoch`, which ended at `deadline`, ran out: revokes it, saying why.
+  void lease_ran_out(std::int64_t epoch, std::chrono::steady_clock::time_point deadline);
   void post(Event event);
   // Waits for the connection's socket (if any), the stop signal, or the timeout.
   void wait(int sock, Millis timeout);

@@ -88,10 +88,8 @@ class Metrics::ShardObserver final : public detail::LeaderObserver {
   void revoked(std::int64_t epoch, std::string_view reason) override {
     m_.shard_revoked(shard_, epoch, reason);
   }
-  void renewed(double seconds) override {
-    m_.live_->lease_renewed(shard_);
-    m_.renewal_seconds_.Observe(seconds);
-  }
+  void renewed() override { m_.live_->lease_renewed(shard_); }
+  void renewal_took(double seconds) override { m_.renewal_took(seconds); }
   void renewal_failed() override { m_.renewal_failed(); }
   void evicted_holder() override { m_.evicted_holder(); }
   void stranger_holds_lock(bool holds) override { m_.stranger_holds_lock(holds); }
@@ -199,9 +197,9 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
       renewal_seconds_(
           BuildHistogram()
               .Name("baton_lease_renewal_seconds")
-              .Help("Round trip of this leader's lease renewals (with shards: every shard's). A "
-                    "renewal slower than the leader's own lease (lock-ttl x 0.99 - lease-margin) "
-                    "loses leadership.")
+              .Help("Time each lease renewal of this leader took (with shards: every shard's), "
+                    "answered or not: one cut at the lease's end counts its time until then. "
+                    "With the defaults, renewals of about 150 ms each lose the lease.")
               .Register(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                                0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5,
@@ -490,8 +488,11 @@ void Metrics::revoked(std::int64_t epoch, std::string_view reason) {
   shard_revoked(0, epoch, reason);
 }
 
-void Metrics::renewed(double seconds) {
+void Metrics::renewed() {
   live_->lease_renewed(0);
+}
+
+void Metrics::renewal_took(double seconds) {
   renewal_seconds_.Observe(seconds);
 }
 

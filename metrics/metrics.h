@@ -74,7 +74,8 @@ class Metrics final : public detail::JobObserver,
   // LeaderObserver (shard 0's, or the one leadership without shards)
   void granted(std::int64_t epoch, double failover_seconds) override;
   void revoked(std::int64_t epoch, std::string_view reason) override;
-  void renewed(double seconds) override;
+  void renewed() override;
+  void renewal_took(double seconds) override;
   void renewal_failed() override;
   void evicted_holder() override;
   void stranger_holds_lock(bool holds) override;

@@ -80,8 +80,9 @@ class LeaderObserver : public virtual ErrorObserver {
   // negative when there was no previous holder or it was this node.
   virtual void granted(std::int64_t epoch, double failover_seconds) = 0;
   virtual void revoked(std::int64_t epoch, std::string_view reason) = 0;
-  // A renewal came back after `seconds` (its round trip).
-  virtual void renewed(double seconds) = 0;
+  virtual void renewed() = 0;
+  // A renewal ended after `seconds`: answered, failed, or cut at the lease's end.
+  virtual void renewal_took(double seconds) = 0;
   virtual void renewal_failed() = 0;
   virtual void evicted_holder() = 0;
   // A session that is not a node holds the leader lock while no node leads (true), or no longer.
