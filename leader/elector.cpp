@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "baton/detail/backoff.h"
@@ -296,8 +298,8 @@ std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
   }
   if (late >= config_.renew_interval) {
     why += fmt::format(
-        ": this process did not run for a while (its watchdog woke {} ms after the lease's end): "
-        "it was stopped, or starved of CPU",
+        ": this process did not run for a while (the lease's end was seen {} ms late), so it "
+        "was stopped or starved of CPU",
         late.count());
   } else if (waited >= own) {
     why +=
@@ -351,10 +353,11 @@ void Elector::event_loop() {
     const auto wake =
         lease_.epoch() != 0 ? lease_.deadline() : Clock::now() + config_.renew_interval;
     cv_.wait_until(lock, wake, [this] { return !events_.empty() || events_done_; });
-    // The deadline first: a grant stores its deadline before its epoch, a revoke ends the epoch
-    // before it zeroes the deadline, so a non-zero deadline read here belongs to `e` or earlier.
-    const auto deadline = lease_.deadline();
+    // The epoch first: a grant stores its deadline before its epoch, so the deadline read after
+    // it is that epoch's or a later one's, never an earlier lease's (which would end a new lease
+    // at once). Zero: the epoch ended meanwhile.
     const auto e = lease_.epoch();
+    const auto deadline = lease_.deadline();
     if (e != 0 && deadline != Clock::time_point{} && Clock::now() >= deadline) {
       lock.unlock();
       lease_ran_out(e, deadline);
@@ -755,7 +758,8 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
     if (observer_ != nullptr) observer_->renewal_failed();
     const auto lost = held_epoch;
     held_epoch = 0;
-    revoke(lost, RevokeReason::lost_renewal);
+    revoke(lost, RevokeReason::lost_renewal,
+           "the renewal matched no lock row: another node holds it now");
     throw std::runtime_error(
         "renewal matched no lock row: another node took over (or this statement ran on another "
         "server session than the lock's: a transaction pooler)");
