@@ -77,7 +77,8 @@ Executor::Executor(ExecutorConfig config, const detail::HandlerRegistry& handler
       lease_valid_(std::move(lease_valid)),
       on_slot_free_(std::move(on_slot_free)),
       cores_(static_cast<int>(std::max(1U, std::thread::hardware_concurrency()))),
-      pool_(std::make_unique<boost::asio::thread_pool>(config_.threads)) {}
+      pool_(std::make_unique<boost::asio::thread_pool>(config_.threads)),
+      stall_timer_(pool_->get_executor()) {}
 
 namespace {
 
@@ -114,31 +115,12 @@ int Executor::concurrency() const {
                     config_.threads);
 }
 
-void Executor::enter() {
-  std::unique_lock lock(gate_mutex_);
-  gate_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return running_ < concurrency(); });
-  ++running_;
-}
-
-void Executor::leave(double share) {
-  const int before = concurrency();
-  if (share >= 0) {
-    const double mean = mean_cpu_share_.load(std::memory_order_relaxed);
-    mean_cpu_share_.store(mean == 0 ? share : mean + (share - mean) / 8, std::memory_order_relaxed);
-  }
-  {
-    std::lock_guard lock(gate_mutex_);
-    --running_;
-  }
-  // More places than before: every waiter may have one.
-  if (concurrency() > before) {
-    gate_cv_.notify_all();
-  } else {
-    gate_cv_.notify_one();
-  }
-}
-
 Executor::~Executor() {
+  {
+    std::lock_guard lock(ready_mutex_);
+    closing_ = true;  // a check that fires meanwhile arms no other
+    stall_timer_.cancel();
+  }
   if (pool_) pool_->join();
 }
 
@@ -160,20 +142,48 @@ void Executor::accept(std::int64_t epoch) {
 }
 
 void Executor::stop_accepting(std::int64_t epoch) {
-  std::lock_guard lock(runs_mutex_);
-  for (const auto& e : epochs_) {
-    if (epoch == 0 || e->epoch == epoch) e->accepted.store(false);
+  {
+    std::lock_guard lock(runs_mutex_);
+    for (const auto& e : epochs_) {
+      if (epoch == 0 || e->epoch == epoch) e->accepted.store(false);
+    }
   }
+  release_unstartable();
 }
 
 void Executor::end_epoch(std::int64_t epoch) {
-  std::lock_guard lock(runs_mutex_);
-  for (const auto& e : epochs_) {
-    if ((epoch == 0 || e->epoch == epoch) && !e->ended.exchange(true)) {
-      // Transactional handlers waiting on the database are cut: their commits would be fenced.
-      detail::CallWatch::instance().abort(detail::owner_of(e.get()));
+  {
+    std::lock_guard lock(runs_mutex_);
+    for (const auto& e : epochs_) {
+      if ((epoch == 0 || e->epoch == epoch) && !e->ended.exchange(true)) {
+        // Transactional handlers waiting on the database are cut: their commits would be fenced.
+        detail::CallWatch::instance().abort(detail::owner_of(e.get()));
+      }
     }
   }
+  release_unstartable();
+}
+
+void Executor::release_unstartable() {
+  std::vector<std::shared_ptr<Run>> out;
+  {
+    std::lock_guard lock(ready_mutex_);
+    for (auto it = ready_.begin(); it != ready_.end();) {
+      const auto& runs = it->second;
+      const auto& e = runs.front()->epoch;
+      if (e->accepted.load() && !e->ended.load()) {
+        ++it;
+        continue;
+      }
+      queued_ -= static_cast<int>(runs.size());
+      out.insert(out.end(), std::make_move_iterator(it->second.begin()),
+                 std::make_move_iterator(it->second.end()));
+      it = ready_.erase(it);
+    }
+  }
+  // start() sees that they may not start, and releases them.
+  for (const auto& run : out)
+    start(run);
 }
 
 void Executor::cancel_job(std::int64_t id) {
@@ -214,36 +224,120 @@ int Executor::accepted_epochs() const {
 }
 
 void Executor::submit(detail::ClaimedJob job) {
-  const int busy = busy_.fetch_add(1) + 1;
-  const int waiting = waiting_.fetch_add(1) + 1;
-  if (observer_ != nullptr) observer_->claimed_waiting(waiting);
-  auto run = std::make_shared<Run>();
-  {
-    std::lock_guard lock(runs_mutex_);
-    run->epoch = epoch_runs(job.job.epoch);
-    run->epoch->in_flight.fetch_add(1);
-    run->cancel_asked.store(job.cancel_requested);
-    ++queue_busy_[job.job.queue];
-    run->claimed = std::move(job);
-    runs_.emplace(run->claimed.job.id, run);
-  }
-  if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads, concurrency());
-  {
-    std::lock_guard lock(ready_mutex_);
-    ready_[run->claimed.job.epoch].push_back(std::move(run));
-  }
-  // One task per job; each starts whichever job's turn it is.
-  boost::asio::post(*pool_, [this] { start(next_ready()); });
+  std::vector<detail::ClaimedJob> jobs;
+  jobs.push_back(std::move(job));
+  submit(std::move(jobs));
 }
 
-std::shared_ptr<Executor::Run> Executor::next_ready() {
-  std::lock_guard lock(ready_mutex_);
+void Executor::submit(std::vector<detail::ClaimedJob> jobs) {
+  if (jobs.empty()) return;
+  const int n = static_cast<int>(jobs.size());
+  const int busy = busy_.fetch_add(n) + n;
+  const int waiting = waiting_.fetch_add(n) + n;
+  if (observer_ != nullptr) observer_->claimed_waiting(waiting);
+  std::vector<std::shared_ptr<Run>> runs;
+  runs.reserve(jobs.size());
+  {
+    std::lock_guard lock(runs_mutex_);
+    std::shared_ptr<EpochRuns> epoch;
+    for (auto& job : jobs) {
+      auto run = std::make_shared<Run>();
+      if (!epoch || epoch->epoch != job.job.epoch) epoch = epoch_runs(job.job.epoch);
+      run->epoch = epoch;
+      run->epoch->in_flight.fetch_add(1);
+      run->cancel_asked.store(job.cancel_requested);
+      ++queue_busy_[job.job.queue];
+      run->claimed = std::move(job);
+      runs_.emplace(run->claimed.job.id, run);
+      runs.push_back(std::move(run));
+    }
+  }
+  if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads, concurrency());
+  int spawn = 0;
+  {
+    std::lock_guard lock(ready_mutex_);
+    for (auto& run : runs) {
+      const auto epoch = run->claimed.job.epoch;
+      ready_[epoch].push_back(std::move(run));
+    }
+    queued_ += n;
+    spawn = spawn_locked();
+  }
+  post_runners(spawn);
+}
+
+int Executor::spawn_locked() {
+  const int limit = stalled_ ? config_.threads : concurrency();
+  const int spawn = std::max(0, std::min(limit - runners_, queued_));
+  runners_ += spawn;
+  if (queued_ > spawn) arm_stall_check_locked();
+  return spawn;
+}
+
+void Executor::post_runners(int count) {
+  for (int i = 0; i < count; ++i)
+    boost::asio::post(*pool_, [this] { runner(); });
+}
+
+void Executor::runner() {
+  for (;;) {
+    std::shared_ptr<Run> run;
+    int spawn = 0;
+    {
+      std::lock_guard lock(ready_mutex_);
+      const int limit = stalled_ ? config_.threads : concurrency();
+      if (queued_ == 0 || runners_ > limit) {
+        --runners_;
+        if (queued_ == 0) stalled_ = false;
+        return;
+      }
+      run = next_ready_locked();
+      ++starts_;
+      // Jobs that wait rather than compute raise the limit as they run: more runners then.
+      spawn = spawn_locked();
+    }
+    post_runners(spawn);
+    start(run);
+  }
+}
+
+void Executor::arm_stall_check_locked() {
+  if (stall_check_armed_ || closing_) return;
+  stall_check_armed_ = true;
+  checked_starts_ = starts_;
+  stall_timer_.expires_after(std::chrono::seconds(1));
+  stall_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) stall_check();
+  });
+}
+
+void Executor::stall_check() {
+  int spawn = 0;
+  {
+    std::lock_guard lock(ready_mutex_);
+    stall_check_armed_ = false;
+    if (queued_ == 0) return;
+    if (starts_ == checked_starts_ && !stalled_) {
+      // Every runner is in a job that has not ended for a second, and jobs wait: they may be
+      // waiting for each other. Let every thread take one.
+      stalled_ = true;
+      spdlog::debug("executor: no job started for 1s with {} waiting; up to {} run at once",
+                    queued_, config_.threads);
+    }
+    spawn = spawn_locked();
+    arm_stall_check_locked();
+  }
+  post_runners(spawn);
+}
+
+std::shared_ptr<Executor::Run> Executor::next_ready_locked() {
   auto it = ready_.upper_bound(last_epoch_);
   if (it == ready_.end()) it = ready_.begin();
   auto run = std::move(it->second.front());
   it->second.pop_front();
   last_epoch_ = it->first;
   if (it->second.empty()) ready_.erase(it);
+  --queued_;
   return run;
 }
 
@@ -256,16 +350,9 @@ void Executor::start(const std::shared_ptr<Run>& run) {
     return run->epoch->accepted.load() && !run->epoch->ended.load() &&
            (!lease_valid_ || lease_valid_(epoch));
   };
-  // A job that may not start is released at once, without waiting for a place; one that waited
-  // for its place is asked again.
-  bool entered = false;
-  if (may_start()) {
-    enter();
-    entered = true;
-  }
   const int still_waiting = waiting_.fetch_sub(1) - 1;
   if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
-  if (entered && may_start()) {
+  if (may_start()) {
     if (observer_ != nullptr) {
       const double held = std::chrono::duration<double>(Clock::now() - claimed.claimed).count();
       observer_->job_started(claimed.job.queue, claimed.job.type, claimed.wait_seconds + held);
@@ -281,9 +368,12 @@ void Executor::start(const std::shared_ptr<Run>& run) {
     const double mean = mean_run_seconds_.load(std::memory_order_relaxed);
     mean_run_seconds_.store(mean == 0 ? took : mean + (took - mean) / 16,
                             std::memory_order_relaxed);
-    leave(sample ? cpu_share(before, thread_usage(), took) : -1);
+    if (sample) {
+      const double share = cpu_share(before, thread_usage(), took);
+      const double was = mean_cpu_share_.load(std::memory_order_relaxed);
+      mean_cpu_share_.store(was == 0 ? share : was + (share - was) / 8, std::memory_order_relaxed);
+    }
   } else {
-    if (entered) leave(-1);
     completer_.add(detail::Release{claimed.job.id, epoch, claimed.token});
   }
   {

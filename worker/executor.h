@@ -4,13 +4,17 @@
 // the cores; handlers that wait (I/O, sleeps) run up to every thread. The share of a run's wall
 // time that needed a core (all of it for a run that never waited, however long other threads
 // kept it off the CPU), averaged over recent runs, sets it: cores / share, between
-// min(threads, cores) and threads. A job that has waited a second for a place starts anyway (up
-// to threads), so jobs that wait for each other cannot deadlock below the thread count. Submitted
-// jobs wait in the pool's queue for a free thread; the poller keeps that queue short (see
-// poller.h). A job starts only while the executor accepts its epoch AND the lease of that epoch is
-// valid at that instant: jobs that cannot start (leadership ended, a graceful shutdown began, or
-// the lease ran out while they waited) are released back to the queue through the completer
-// instead.
+// min(threads, cores) and threads.
+//
+// Submitted jobs wait in the executor's own queue; that many "runners" (pool tasks) take them one
+// after another, so a busy pool starts job after job without a thread handing each to the next
+// (a thread switch per job cost more than a no-op job). When no job has started for a second
+// while jobs wait, every thread may take one, so jobs that wait for each other cannot deadlock
+// below the thread count. The poller keeps the queue short (see poller.h). A job starts only
+// while the executor accepts its epoch AND the lease of that epoch is valid at that instant: jobs
+// that cannot start (leadership ended, a graceful shutdown began, or the lease ran out while they
+// waited) are released back to the queue through the completer instead; those of an epoch no
+// longer accepted are released at once, without waiting for a runner.
 //
 // Cancellation is per epoch and per job: when an epoch ends, every run of that epoch sees
 // cancelled() (and a later epoch of the same node never clears it); a job cancelled by a producer
@@ -31,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "baton/detail/db.h"
@@ -91,7 +96,9 @@ class Executor {
   // now (the shards this node leads).
   int in_flight(std::int64_t epoch) const;
   int accepted_epochs() const;
-  // Starts the job on a pool thread. The caller made sure a slot is free.
+  // Queues the jobs (a claim's, in claim order) to start on the pool. The caller made sure
+  // there is room for them.
+  void submit(std::vector<detail::ClaimedJob> jobs);
   void submit(detail::ClaimedJob job);
   // Waits until no handler runs, or the timeout passes. True when idle.
   bool wait_idle(Millis timeout);
@@ -117,11 +124,19 @@ class Executor {
     std::atomic<bool> cancel_asked{false};
   };
 
+  // Starts the run (or releases it when it may not start) and does its bookkeeping.
   void start(const std::shared_ptr<Run>& run);
-  // A place among the concurrency() jobs running (or a second's wait); and its end.
-  void enter();
-  // `cpu_share`: the measured run's (see executor.cpp), or negative when it was not measured.
-  void leave(double cpu_share);
+  // A pool task that starts queued jobs one after another while there are any and no more runners
+  // than the limit.
+  void runner();
+  // Under ready_mutex_: how many more runners the queued jobs need now (counted as running).
+  int spawn_locked();
+  void post_runners(int count);
+  // Under ready_mutex_: while jobs wait, a check a second later that some job started meanwhile.
+  void arm_stall_check_locked();
+  void stall_check();
+  // Releases the queued jobs of epochs that are no longer accepted.
+  void release_unstartable();
   void run(Run& run);
   // Runs a transactional handler and commits its writes with the completion. Returns false when
   // the commit was fenced (the outcome is then settled: nothing more to record).
@@ -133,7 +148,8 @@ class Executor {
   // The turn is taken when a pool thread picks the job up; while CPU-bound jobs keep fewer places
   // than threads, the threads waiting for a place (enter()) already hold theirs, so a new shard's
   // first job may still come after those few.
-  std::shared_ptr<Run> next_ready();
+  // Under ready_mutex_.
+  std::shared_ptr<Run> next_ready_locked();
 
   const ExecutorConfig config_;
   const std::string local_settings_;  // SET LOCAL ... for a pooled handler transaction
@@ -150,20 +166,26 @@ class Executor {
   std::atomic<double> mean_cpu_share_{0};    // the same; 0 until a job has run
   std::atomic<unsigned> samples_{0};
   const int cores_;
-  std::mutex gate_mutex_;  // guards running_
-  std::condition_variable gate_cv_;
-  int running_ = 0;
   std::atomic<int> refill_mark_{0};
-  mutable std::mutex runs_mutex_;  // guards queue_busy_, runs_ and epochs_
-  std::mutex ready_mutex_;         // guards ready_ and last_epoch_
+  // The queue of submitted jobs and its runners; ready_mutex_ guards these and stall_timer_.
+  std::mutex ready_mutex_;
   std::map<std::int64_t, std::deque<std::shared_ptr<Run>>> ready_;  // by epoch: not started
-  std::int64_t last_epoch_ = 0;  // the epoch whose job started last
+  int queued_ = 0;                                                  // jobs in ready_
+  int runners_ = 0;           // runner tasks posted and not finished
+  bool stalled_ = false;      // no start for a second while jobs waited: every thread may run
+  std::uint64_t starts_ = 0;  // jobs taken off the queue, ever
+  std::uint64_t checked_starts_ = 0;  // starts_ when the stall check was armed
+  bool stall_check_armed_ = false;
+  bool closing_ = false;           // the destructor runs
+  std::int64_t last_epoch_ = 0;    // the epoch whose job started last
+  mutable std::mutex runs_mutex_;  // guards queue_busy_, runs_ and epochs_
   std::unordered_map<std::string, int> queue_busy_;
   std::unordered_multimap<std::int64_t, std::shared_ptr<Run>> runs_;
   std::vector<std::shared_ptr<EpochRuns>> epochs_;  // the current and recent epochs
   std::mutex idle_mutex_;
   std::condition_variable idle_cv_;
   std::unique_ptr<boost::asio::thread_pool> pool_;
+  boost::asio::steady_timer stall_timer_;  // on pool_; guarded by ready_mutex_
 };
 
 }  // namespace baton::worker

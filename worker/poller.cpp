@@ -172,8 +172,7 @@ Poller::Round Poller::claim_round(Run& run) {
     if (!jobs.empty()) run.last_claim_us = std::max(run.last_claim_us, jobs.front().claimed_at_us);
     round.room = true;
     round.jobs += static_cast<int>(jobs.size());
-    for (auto& j : jobs)
-      executor_.submit(std::move(j));
+    executor_.submit(std::move(jobs));
   };
   // Queues with a concurrency limit first, each claimed up to its own free slots; then the rest.
   const int buffer = buffer_size();
@@ -292,12 +291,11 @@ void Poller::take_unanswered_claims(Run& run) {
     // Taken as a claim is: later claims of the epoch are newer than this.
     run.last_claim_us = std::max(run.last_claim_us, jobs.front().claimed_at_us);
     const auto known = executor_.running_ids();
-    int taken = 0;
-    for (auto& j : jobs) {
-      if (std::find(known.begin(), known.end(), j.job.id) != known.end()) continue;
-      executor_.submit(std::move(j));
-      ++taken;
-    }
+    std::erase_if(jobs, [&](const detail::ClaimedJob& j) {
+      return std::find(known.begin(), known.end(), j.job.id) != known.end();
+    });
+    const auto taken = jobs.size();
+    executor_.submit(std::move(jobs));
     spdlog::warn(
         "poller: {} jobs of a claim that committed as its session was cut (its answer never came "
         "back) run now, under the same epoch {}",

@@ -20,6 +20,7 @@ Waker::~Waker() {
 }
 
 void Waker::wake() {
+  if (signalled_.exchange(true)) return;
   const std::uint64_t one = 1;
   [[maybe_unused]] const auto n = write(fd_, &one, sizeof one);
 }
@@ -30,6 +31,9 @@ void Waker::wait(int sock, std::chrono::milliseconds timeout) {
   // Non-blocking: takes the count when there is one, else fails with EAGAIN.
   std::uint64_t pending = 0;
   [[maybe_unused]] const auto n = read(fd_, &pending, sizeof pending);
+  // Cleared only after the count is taken: a wake from now on writes again, and one before this
+  // ended this wait, so its waker's change is seen by whatever the caller does next.
+  signalled_.exchange(false);  // (a read-modify-write: it sees every wake before it)
 }
 
 }  // namespace baton::detail

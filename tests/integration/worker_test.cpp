@@ -413,6 +413,45 @@ TEST_F(Worker, HowManyJobsRunAtOnceFollowsWhetherTheyNeedTheCpuOrWait) {
       << "CPU-bound jobs ran " << most_late.load() << " at once on " << cores << " cores";
 }
 
+TEST_F(Worker, JobsThatWaitForEachOtherRunTogetherUpToTheThreadCount) {
+  // CPU-bound jobs first, so that the pool runs one per core; then cores + 1 jobs that can only
+  // finish together. With no job starting for a second, the executor lets every thread take one.
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const int meeting = cores + 1;
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0, most = 0;  // running now, and the most ever at once
+  auto config = test_config(schema_, "solo");
+  config.threads = meeting + 1;
+  RunningNode n(config, [&](Node& node) {
+    node.handle("spin", [](JobContext&) {
+      timespec start{}, t{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+      for (int i = 0; i < 100'000'000; ++i) {
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        if ((t.tv_sec - start.tv_sec) * 1'000'000'000L + (t.tv_nsec - start.tv_nsec) > 2'000'000) {
+          break;
+        }
+      }
+    });
+    node.handle("meet", [&](JobContext&) {
+      std::unique_lock lock(m);
+      most = std::max(most, ++arrived);
+      cv.notify_all();
+      cv.wait_for(lock, 20s, [&] { return most >= meeting; });
+      --arrived;
+    });
+  });
+  Client client(database_url(), schema_);
+  client.enqueue_copies("spin", {}, 16);
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 16; }, 30s));
+  client.enqueue_copies("meet", {}, meeting);
+  ASSERT_TRUE(
+      wait_for([&] { return count("SELECT count(*) FROM job_history") == 16 + meeting; }, 60s));
+  std::lock_guard lock(m);
+  EXPECT_EQ(most, meeting) << "the jobs that wait for each other never all ran at once";
+}
+
 TEST_F(Worker, RevokeCancelsRunningHandlers) {
   std::atomic<int> saw_cancel{0};
   auto config = test_config(schema_, "solo");
