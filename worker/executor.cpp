@@ -440,8 +440,8 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
     if (Clock::now() > ctx.deadline()) throw std::runtime_error("timeout: ran past its limit");
     run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const Job& job = ctx.job();
-    if (!detail::complete_in(tx, {job.id, job.epoch, claimed.token, run_seconds, job.queue,
-                                  job.type, claimed.row_at})) {
+    if (!detail::complete_in(
+            tx, {job.id, job.epoch, claimed.token, run_seconds, job.queue, job.type})) {
       tx.abort();
       spdlog::warn(
           "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
@@ -520,8 +520,8 @@ void Executor::run(Run& run) {
   run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   if (error.empty()) {
-    completer_.add(detail::Completion{job.id, job.epoch, claimed.token, run_seconds, job.queue,
-                                      job.type, claimed.row_at});
+    completer_.add(
+        detail::Completion{job.id, job.epoch, claimed.token, run_seconds, job.queue, job.type});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
                               claimed.since_enqueue_seconds + run_seconds);

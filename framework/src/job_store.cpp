@@ -17,9 +17,9 @@ namespace {
 constexpr const char* kClaimedColumns = R"sql(
 RETURNING j.id, j.queue, j.type, j.payload::text, j.attempts, j.max_attempts,
           coalesce(j.timeout_ms, 0), date_part('epoch', now() - j.run_at),
-          date_part('epoch', now() - j.created_at), date_part('epoch', j.created_at),
-          j.ctid::text, j.claims, j.idempotency_key, (date_part('epoch', now()) * 1000000)::bigint,
-          j.priority, (date_part('epoch', j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
+          date_part('epoch', now() - j.created_at), date_part('epoch', j.created_at), j.claims,
+          j.idempotency_key, (date_part('epoch', now()) * 1000000)::bigint, j.priority,
+          (date_part('epoch', j.run_at) * 1000000)::bigint, j.partition IS NOT NULL
 )sql";
 
 // The claim. %s is empty, or FOR UPDATE SKIP LOCKED when rows held by another transaction must
@@ -275,8 +275,8 @@ DELETE FROM leadership_events
 constexpr const char* kCompleteSql = R"sql(
 WITH done AS (
   DELETE FROM jobs j
-   USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::bigint[], $5::tid[])
-         AS c(id, epoch, run_seconds, token, row_at)
+   USING unnest($1::bigint[], $2::bigint[], $3::float8[], $4::bigint[])
+         AS c(id, epoch, run_seconds, token)
    WHERE j.id = c.id AND j.state <> 'available' AND j.claimed_epoch = c.epoch
      AND j.claims = c.token
   RETURNING j.*, c.run_seconds)
@@ -367,29 +367,6 @@ SELECT id, queue, partition_key, type, payload, priority, attempts, max_attempts
   FROM d
 )sql";
 
-// The completion that finds each job by the address its claim returned (no primary-key descent
-// per job). A row that moved since (VACUUM FULL, say) is not found there and goes through
-// kCompleteSql by id instead.
-const std::string& complete_by_address_sql() {
-  static const std::string sql = [] {
-    std::string s = kCompleteSql;
-    const std::string by_id = "WHERE j.id = c.id";
-    s.replace(s.find(by_id), by_id.size(), "WHERE j.ctid = c.row_at AND j.id = c.id");
-    return s;
-  }();
-  return sql;
-}
-
-// A tid[] literal; an unknown address is NULL, which matches no row.
-std::string tid_array(const std::vector<std::string>& values) {
-  std::string out = "{";
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out += ',';
-    out += values[i].empty() ? std::string("NULL") : '"' + values[i] + '"';
-  }
-  return out + "}";
-}
-
 // The claim's columns (and the unanswered claim's) as jobs.
 std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows, const Claimer& claimer,
                                      const std::string& schema) {
@@ -412,15 +389,14 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows, const Claimer& cl
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::duration<double>(r[9].as<double>())));
     c.claimed = claimed;
-    c.row_at = r[10].c_str();
-    c.token = r[11].as<std::int64_t>();
+    c.token = r[10].as<std::int64_t>();
     // The same for every attempt on every node and epoch: the producer's key, or the job's id
     // in this deployment.
-    c.job.idempotency_key = r[12].is_null() ? "baton:" + schema + ":" + std::to_string(c.job.id)
-                                            : std::string(r[12].c_str());
-    c.claimed_at_us = r[13].as<std::int64_t>();
-    c.key = {r[14].as<int>(), r[15].as<std::int64_t>(), c.job.id};
-    c.partitioned = r[16].as<bool>();
+    c.job.idempotency_key = r[11].is_null() ? "baton:" + schema + ":" + std::to_string(c.job.id)
+                                            : std::string(r[11].c_str());
+    c.claimed_at_us = r[12].as<std::int64_t>();
+    c.key = {r[13].as<int>(), r[14].as<std::int64_t>(), c.job.id};
+    c.partitioned = r[15].as<bool>();
     out.push_back(std::move(c));
   }
   // The claim's rows come back in address order; they start in claim order.
@@ -530,54 +506,31 @@ std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int
 }
 
 bool complete_in(pqxx::work& tx, const Completion& done) {
-  auto run = [&](const std::string& sql) {
-    return tx.exec_params(sql, int_array({done.id}), int_array({done.epoch}),
-                          double_array({done.run_seconds}), int_array({done.token}),
-                          tid_array({done.row_at}))
-               .affected_rows() == 1;
-  };
-  return (!done.row_at.empty() && run(complete_by_address_sql())) || run(kCompleteSql);
+  return tx.exec_params(kCompleteSql, int_array({done.id}), int_array({done.epoch}),
+                        double_array({done.run_seconds}), int_array({done.token}))
+             .affected_rows() == 1;
 }
 
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced,
                            const std::vector<Release>& released, std::size_t* released_applied) {
   conn.prepare("baton_complete", kCompleteSql);
-  conn.prepare("baton_complete_at", complete_by_address_sql());
   pqxx::work tx(conn);
   std::size_t applied = 0;
-  // Completes `batch` with one statement; returns the ids it completed.
-  auto complete = [&](const char* statement, const std::vector<const Completion*>& batch) {
+  if (!done.empty()) {
     std::vector<std::int64_t> ids, epochs, tokens;
     std::vector<double> run;
-    std::vector<std::string> rows_at;
-    for (const auto* d : batch) {
-      ids.push_back(d->id);
-      epochs.push_back(d->epoch);
-      tokens.push_back(d->token);
-      run.push_back(d->run_seconds);
-      rows_at.push_back(d->row_at);
+    for (const auto& d : done) {
+      ids.push_back(d.id);
+      epochs.push_back(d.epoch);
+      tokens.push_back(d.token);
+      run.push_back(d.run_seconds);
     }
     std::unordered_set<std::int64_t> completed;
-    for (const auto& r :
-         tx.exec_prepared(statement, int_array(ids), int_array(epochs), double_array(run),
-                          int_array(tokens), tid_array(rows_at))) {
+    for (const auto& r : tx.exec_prepared("baton_complete", int_array(ids), int_array(epochs),
+                                          double_array(run), int_array(tokens))) {
       completed.insert(r[0].as<std::int64_t>());
     }
-    return completed;
-  };
-  if (!done.empty()) {
-    std::vector<const Completion*> by_address, by_id;
-    for (const auto& d : done)
-      (d.row_at.empty() ? by_id : by_address).push_back(&d);
-    std::unordered_set<std::int64_t> completed;
-    if (!by_address.empty()) {
-      completed = complete("baton_complete_at", by_address);
-      for (const auto* d : by_address) {
-        if (completed.count(d->id) == 0) by_id.push_back(d);
-      }
-    }
-    if (!by_id.empty()) completed.merge(complete("baton_complete", by_id));
     applied += completed.size();
     if (fenced != nullptr && completed.size() < done.size()) {
       for (const auto& d : done) {

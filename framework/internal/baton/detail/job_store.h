@@ -71,7 +71,6 @@ struct ClaimedJob {
   double wait_seconds = 0;                          // run_at to claim
   double since_enqueue_seconds = 0;                 // created_at to claim
   std::chrono::steady_clock::time_point claimed{};  // this node's clock, when the claim returned
-  std::string row_at;  // the row's address (ctid) after the claim, for its completion
   bool cancel_requested = false;
   std::int64_t claimed_at_us = 0;  // the claim's transaction time, database clock, µs since 1970
   ClaimKey key{};                  // its place in claim order
@@ -141,7 +140,6 @@ struct Completion {
   double run_seconds;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
-  std::string row_at{};  // from the claim: lets the completion skip an index lookup; may be empty
 };
 struct Failure {
   std::int64_t id;
