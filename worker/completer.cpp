@@ -21,6 +21,9 @@ detail::ConnectOptions with_session(detail::ConnectOptions connect) {
   if (connect.statement_timeout_ms == 0) connect.statement_timeout_ms = 60'000;
   if (connect.idle_in_transaction_timeout_ms == 0) connect.idle_in_transaction_timeout_ms = 10'000;
   connect.synchronous_commit_off = false;
+  // The completion's plan (primary-key lookups of the given ids) never depends on the values:
+  // plan it once per connection rather than once per batch.
+  connect.generic_plans = true;
   return connect;
 }
 
@@ -191,9 +194,6 @@ void Completer::write(std::vector<detail::Completion>& done, std::vector<detail:
                       std::vector<detail::Release>& released) {
   if (!conn_) {
     conn_ = detail::connect(connect_, detail::owner_of(this));
-    // The completion's plan (primary-key lookups of the given ids) never depends on the values:
-    // plan it once per connection rather than once per batch.
-    pqxx::nontransaction(*conn_).exec("SET plan_cache_mode = force_generic_plan");
   }
   auto armed = detail::CallWatch::instance().arm(*conn_, kWriteDeadline, detail::owner_of(this));
   try {

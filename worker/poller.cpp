@@ -48,6 +48,9 @@ namespace {
 // after a moment, then skip held rows for a while.
 PollerConfig with_session(PollerConfig config) {
   config.connect.synchronous_commit_off = true;
+  // Planned once: the claim's plan (its index scan in claim order) does not depend on the values,
+  // and planning it took longer than running it for an idle queue's one job.
+  config.connect.generic_plans = true;
   config.connect.lock_timeout_ms = static_cast<int>(config.lock_timeout.count());
   if (config.connect.statement_timeout_ms == 0) config.connect.statement_timeout_ms = 30'000;
   if (config.connect.idle_in_transaction_timeout_ms == 0) {

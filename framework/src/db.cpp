@@ -135,6 +135,7 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
   // the server until the leader's renewal missed its lease (seen in a 5M-job drain).
   add("client_connection_check_interval", 1000);
   if (o.synchronous_commit_off) set += "; SET synchronous_commit = off";
+  if (o.generic_plans) set += "; SET plan_cache_mode = force_generic_plan; SET jit = off";
   if (o.server_keepalive_ms > 0) {
     // The server finds a dead peer no sooner than idle + interval x count seconds; tcp 0 keeps
     // the system's (long) retransmission limit.

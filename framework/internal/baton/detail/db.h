@@ -22,6 +22,10 @@ struct ConnectOptions {
   int idle_in_transaction_timeout_ms = 0;  // a transaction left open this long is ended
   int lock_timeout_ms = 0;
   bool synchronous_commit_off = false;
+  // Prepared statements planned once per session (force_generic_plan), and no JIT: for the hot
+  // statements whose plan does not depend on their values. (A generic plan's estimates, with
+  // its LIMIT unknown, pass jit_above_cost: the claim compiled itself for 300 ms every time.)
+  bool generic_plans = false;
   // The server's own TCP dead-peer detection on this session takes at least this long (the
   // election session: never sooner than its lease).
   int server_keepalive_ms = 0;
