@@ -415,29 +415,35 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
   const bool after = filter.after.has_value();
   const char* name = kNames[filter.skip_locked ? 1 : 0][after ? 1 : 0];
   conn.prepare(name, claim_sql(filter.skip_locked, after));
-  pqxx::work tx(conn);
-  if (filter.cluster_limit > 0) {
-    // Shard leaders claim a limited queue one at a time, each seeing the others' running jobs.
-    tx.exec_params(kQueueGateSql, filter.queues.at(0));
-    const auto running =
-        tx.exec_params(kQueueRunningSql, filter.queues.at(0))[0][0].as<std::int64_t>();
-    limit = static_cast<int>(
-        std::min<std::int64_t>(limit, std::max<std::int64_t>(0, filter.cluster_limit - running)));
-    if (limit == 0) {
-      tx.commit();
-      return {};
-    }
+  auto claim = [&](pqxx::transaction_base& tx) {
+    return after ? tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
+                                    claimer.lock.region, text_array(filter.queues), limit,
+                                    text_array(filter.except), claimer.lock.group(),
+                                    text_array(filter.types), filter.shard, filter.after->priority,
+                                    filter.after->run_at_us, filter.after->id)
+                 : tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
+                                    claimer.lock.region, text_array(filter.queues), limit,
+                                    text_array(filter.except), claimer.lock.group(),
+                                    text_array(filter.types), filter.shard);
+  };
+  if (filter.cluster_limit == 0) {
+    // One statement, committed on its own: one round trip instead of three (BEGIN, the claim,
+    // COMMIT), each a wake-up of the server and of the poller.
+    pqxx::nontransaction tx(conn);
+    return claimed_jobs(claim(tx), claimer, schema);
   }
-  auto rows = after
-                  ? tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
-                                     claimer.lock.region, text_array(filter.queues), limit,
-                                     text_array(filter.except), claimer.lock.group(),
-                                     text_array(filter.types), filter.shard, filter.after->priority,
-                                     filter.after->run_at_us, filter.after->id)
-                  : tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
-                                     claimer.lock.region, text_array(filter.queues), limit,
-                                     text_array(filter.except), claimer.lock.group(),
-                                     text_array(filter.types), filter.shard);
+  pqxx::work tx(conn);
+  // Shard leaders claim a limited queue one at a time, each seeing the others' running jobs.
+  tx.exec_params(kQueueGateSql, filter.queues.at(0));
+  const auto running =
+      tx.exec_params(kQueueRunningSql, filter.queues.at(0))[0][0].as<std::int64_t>();
+  limit = static_cast<int>(
+      std::min<std::int64_t>(limit, std::max<std::int64_t>(0, filter.cluster_limit - running)));
+  if (limit == 0) {
+    tx.commit();
+    return {};
+  }
+  auto rows = claim(tx);
   tx.commit();
   return claimed_jobs(rows, claimer, schema);
 }
@@ -515,52 +521,62 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
                            const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced,
                            const std::vector<Release>& released, std::size_t* released_applied) {
   conn.prepare("baton_complete", kCompleteSql);
-  pqxx::work tx(conn);
-  std::size_t applied = 0;
-  if (!done.empty()) {
-    std::vector<std::int64_t> ids, epochs, tokens;
-    std::vector<double> run;
-    for (const auto& d : done) {
-      ids.push_back(d.id);
-      epochs.push_back(d.epoch);
-      tokens.push_back(d.token);
-      run.push_back(d.run_seconds);
-    }
-    std::unordered_set<std::int64_t> completed;
-    for (const auto& r : tx.exec_prepared("baton_complete", int_array(ids), int_array(epochs),
-                                          double_array(run), int_array(tokens))) {
-      completed.insert(r[0].as<std::int64_t>());
-    }
-    applied += completed.size();
-    if (fenced != nullptr && completed.size() < done.size()) {
+  auto apply = [&](pqxx::transaction_base& tx) {
+    std::size_t applied = 0;
+    if (!done.empty()) {
+      std::vector<std::int64_t> ids, epochs, tokens;
+      std::vector<double> run;
       for (const auto& d : done) {
-        if (completed.count(d.id) == 0) fenced->push_back(d.id);
+        ids.push_back(d.id);
+        epochs.push_back(d.epoch);
+        tokens.push_back(d.token);
+        run.push_back(d.run_seconds);
+      }
+      std::unordered_set<std::int64_t> completed;
+      for (const auto& r : tx.exec_prepared("baton_complete", int_array(ids), int_array(epochs),
+                                            double_array(run), int_array(tokens))) {
+        completed.insert(r[0].as<std::int64_t>());
+      }
+      applied += completed.size();
+      if (fenced != nullptr && completed.size() < done.size()) {
+        for (const auto& d : done) {
+          if (completed.count(d.id) == 0) fenced->push_back(d.id);
+        }
       }
     }
-  }
-  for (const auto& f : failed) {
-    const std::string error = clean_text(f.error, 4000);
-    auto n = tx.exec_params(kCancelledSql, f.id, f.epoch, f.token, error).affected_rows();
-    if (n == 0) {
-      n = f.dead ? tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error, f.token).affected_rows()
-                 : tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error, f.token)
-                       .affected_rows();
+    for (const auto& f : failed) {
+      const std::string error = clean_text(f.error, 4000);
+      auto n = tx.exec_params(kCancelledSql, f.id, f.epoch, f.token, error).affected_rows();
+      if (n == 0) {
+        n = f.dead
+                ? tx.exec_params(kDeadSql, f.id, f.epoch, f.reason, error, f.token).affected_rows()
+                : tx.exec_params(kRetrySql, f.id, f.epoch, f.retry_delay_ms, error, f.token)
+                      .affected_rows();
+      }
+      applied += n;
+      if (n == 0 && fenced != nullptr) fenced->push_back(f.id);
     }
-    applied += n;
-    if (n == 0 && fenced != nullptr) fenced->push_back(f.id);
-  }
-  if (!released.empty()) {
-    std::vector<std::int64_t> ids, epochs, tokens;
-    for (const auto& r : released) {
-      ids.push_back(r.id);
-      epochs.push_back(r.epoch);
-      tokens.push_back(r.token);
+    if (!released.empty()) {
+      std::vector<std::int64_t> ids, epochs, tokens;
+      for (const auto& r : released) {
+        ids.push_back(r.id);
+        epochs.push_back(r.epoch);
+        tokens.push_back(r.token);
+      }
+      const auto n =
+          tx.exec_params(kReleaseSql, int_array(ids), int_array(epochs), int_array(tokens))[0][0]
+              .as<std::int64_t>();
+      if (released_applied != nullptr) *released_applied = static_cast<std::size_t>(n);
     }
-    const auto n =
-        tx.exec_params(kReleaseSql, int_array(ids), int_array(epochs), int_array(tokens))[0][0]
-            .as<std::int64_t>();
-    if (released_applied != nullptr) *released_applied = static_cast<std::size_t>(n);
+    return applied;
+  };
+  if (failed.empty() && released.empty()) {
+    // Completions alone are one statement: committed on its own, in one round trip.
+    pqxx::nontransaction tx(conn);
+    return apply(tx);
   }
+  pqxx::work tx(conn);
+  const auto applied = apply(tx);
   tx.commit();
   return applied;
 }
