@@ -23,6 +23,9 @@ class ShardsInProcess : public SchemaTest {
   baton::NodeConfig config(const std::string& id) {
     auto c = test_config(schema_, id);
     c.shards = 4;
+    // Hand-overs here must be graceful: a lease of 2 s, so that a busy 2-core machine (a cluster
+    // test beside this one, or a sanitizer's slowdown) does not end one by a late renewal.
+    c.lock_ttl = std::chrono::seconds(2);
     return c;
   }
   // Valid leases by node.

@@ -125,7 +125,13 @@ std::string ctl(const Cluster& cluster, const std::string& args, int* rc) {
   const int code = run_command(binary("batonctl") + " --database-url '" + database_url() +
                                    "' --schema " + cluster.schema() + " " + args,
                                &out);
-  if (rc != nullptr) *rc = code;
+  if (rc != nullptr) {
+    *rc = code;
+  } else if (code != 0) {
+    // A caller that does not look at the exit code relies on the command having worked: a step of
+    // its setup that failed must not pass unseen (and fail later as something else).
+    ADD_FAILURE() << "batonctl " << args << " exited " << code << ":\n" << out;
+  }
   return out;
 }
 

@@ -57,7 +57,7 @@ class Cluster {
 };
 
 // Runs batonctl on `cluster`'s schema as the test database's superuser; its output, and its exit
-// code in `rc`.
+// code in `rc`. Without `rc`, a non-zero exit code is a test failure.
 std::string ctl(const Cluster& cluster, const std::string& args, int* rc = nullptr);
 
 }  // namespace baton::test
