@@ -223,7 +223,8 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
       pool_concurrency_(BuildGauge()
                             .Name("baton_pool_concurrency")
                             .Help("Jobs the pool runs at once now: adapted to how much of a run's "
-                                  "time is CPU, at most baton_pool_threads.")
+                                  "time is CPU, at most baton_pool_threads (all of them while "
+                                  "queued jobs have waited 1 s with none starting).")
                             .Register(*registry_)
                             .Add({})),
       pool_busy_(BuildGauge()

@@ -115,6 +115,10 @@ int Executor::concurrency() const {
                     config_.threads);
 }
 
+int Executor::limit() const {
+  return stalled_.load(std::memory_order_relaxed) ? config_.threads : concurrency();
+}
+
 Executor::~Executor() {
   {
     std::lock_guard lock(ready_mutex_);
@@ -252,7 +256,7 @@ void Executor::submit(std::vector<detail::ClaimedJob> jobs) {
       runs.push_back(std::move(run));
     }
   }
-  if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads, concurrency());
+  if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads, limit());
   int spawn = 0;
   {
     std::lock_guard lock(ready_mutex_);
@@ -267,8 +271,7 @@ void Executor::submit(std::vector<detail::ClaimedJob> jobs) {
 }
 
 int Executor::spawn_locked() {
-  const int limit = stalled_ ? config_.threads : concurrency();
-  const int spawn = std::max(0, std::min(limit - runners_, queued_));
+  const int spawn = std::max(0, std::min(limit() - runners_, queued_));
   runners_ += spawn;
   if (queued_ > spawn) arm_stall_check_locked();
   return spawn;
@@ -285,8 +288,7 @@ void Executor::runner() {
     int spawn = 0;
     {
       std::lock_guard lock(ready_mutex_);
-      const int limit = stalled_ ? config_.threads : concurrency();
-      if (queued_ == 0 || runners_ > limit) {
+      if (queued_ == 0 || runners_ > limit()) {
         --runners_;
         if (queued_ == 0) stalled_ = false;
         return;
@@ -389,7 +391,7 @@ void Executor::start(const std::shared_ptr<Run>& run) {
     }
   }
   const int now_busy = busy_.fetch_sub(1) - 1;
-  if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads, concurrency());
+  if (observer_ != nullptr) observer_->pool_busy(now_busy, config_.threads, limit());
   if (now_busy == 0) {
     std::lock_guard lock(idle_mutex_);
     idle_cv_.notify_all();

@@ -70,6 +70,8 @@ class Executor {
   int threads() const { return config_.threads; }
   // How many jobs may run at once now (see above).
   int concurrency() const;
+  // How many may run now: concurrency(), or every thread while the queue is stalled (see above).
+  int limit() const;
   // concurrency() minus submitted jobs (running or waiting); negative while jobs wait.
   int free_slots() const { return concurrency() - busy_.load(); }
   // Submitted jobs that wait for a thread.
@@ -171,9 +173,11 @@ class Executor {
   std::mutex ready_mutex_;
   std::map<std::int64_t, std::deque<std::shared_ptr<Run>>> ready_;  // by epoch: not started
   int queued_ = 0;                                                  // jobs in ready_
-  int runners_ = 0;           // runner tasks posted and not finished
-  bool stalled_ = false;      // no start for a second while jobs waited: every thread may run
-  std::uint64_t starts_ = 0;  // jobs taken off the queue, ever
+  int runners_ = 0;  // runner tasks posted and not finished
+  // No start for a second while jobs waited: every thread may run. Written under ready_mutex_;
+  // read without it for the pool's gauge.
+  std::atomic<bool> stalled_ = false;
+  std::uint64_t starts_ = 0;          // jobs taken off the queue, ever
   std::uint64_t checked_starts_ = 0;  // starts_ when the stall check was armed
   bool stall_check_armed_ = false;
   bool closing_ = false;           // the destructor runs
