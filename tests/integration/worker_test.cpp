@@ -28,6 +28,18 @@ using baton::EnqueueOptions;
 using baton::JobContext;
 using baton::Node;
 
+// Uses `cpu` of this thread's CPU time, however long that takes on a busy machine (bounded by a
+// count, in case the clock does not move).
+void spin_cpu(std::chrono::nanoseconds cpu) {
+  timespec start{}, t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+  for (int i = 0; i < 100'000'000; ++i) {
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    if ((t.tv_sec - start.tv_sec) * 1'000'000'000L + (t.tv_nsec - start.tv_nsec) > cpu.count())
+      return;
+  }
+}
+
 class Worker : public SchemaTest {
  protected:
   // Hands every row of jobs (claimed by hand, in id order) to `executor` as claimed jobs of
@@ -389,15 +401,7 @@ TEST_F(Worker, HowManyJobsRunAtOnceFollowsWhetherTheyNeedTheCpuOrWait) {
         note(most_late);
       else
         ++now;
-      // 5 ms of this thread's CPU, however long that takes on a busy machine.
-      timespec start{}, t{};
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
-      for (int i = 0; i < 100'000'000; ++i) {
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-        if ((t.tv_sec - start.tv_sec) * 1'000'000'000L + (t.tv_nsec - start.tv_nsec) > 5'000'000) {
-          break;
-        }
-      }
+      spin_cpu(5ms);
       --now;
       ++done;
     });
@@ -424,16 +428,7 @@ TEST_F(Worker, JobsThatWaitForEachOtherRunTogetherUpToTheThreadCount) {
   auto config = test_config(schema_, "solo");
   config.threads = meeting + 1;
   RunningNode n(config, [&](Node& node) {
-    node.handle("spin", [](JobContext&) {
-      timespec start{}, t{};
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
-      for (int i = 0; i < 100'000'000; ++i) {
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-        if ((t.tv_sec - start.tv_sec) * 1'000'000'000L + (t.tv_nsec - start.tv_nsec) > 2'000'000) {
-          break;
-        }
-      }
-    });
+    node.handle("spin", [](JobContext&) { spin_cpu(2ms); });
     node.handle("meet", [&](JobContext&) {
       std::unique_lock lock(m);
       most = std::max(most, ++arrived);
