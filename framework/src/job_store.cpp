@@ -60,10 +60,13 @@ UPDATE jobs j
  -- statement, whose snapshot keeps those rows from being pruned, so none is reused before the
  -- update reaches it. Without SKIP LOCKED the subquery takes no row locks: only the leader
  -- claims, so normally there is nothing to skip, and a row lock per job cost a WAL record each.
- -- Should a deposed leader claim at the same moment, its update of a row waits for the other,
- -- then re-checks this WHERE on the row's new version: that is no longer available (nor at an
- -- address in the list), so it is not claimed twice.
-   AND j.state = 'available'
+ -- Should another claim take a row meanwhile (a deposed leader's, or this node's own cut claim
+ -- still running on the server), this update waits for it, then re-checks the conditions below
+ -- on the row's new version: one claimed is no longer available; one claimed, run and retried
+ -- meanwhile is available again but not yet due. (On PostgreSQL 15.18 the address scan also
+ -- finds the new version missing from the list; a release whose scan does not check addresses
+ -- again relies on these conditions alone.)
+   AND j.state = 'available' AND j.run_at <= now()
 )sql";
 
 // The jobs of a claim that committed but whose answer never came back (the session was cut

@@ -212,6 +212,44 @@ TEST_F(Fencing, ClaimsRacingAcrossAHandoverNeverTakeAJobTwice) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_epoch = 1 AND attempts = 1"), 1);
 }
 
+TEST_F(Fencing, AClaimThatWaitedForARowLeavesItWhenItWasClaimedAndRetriedMeanwhile) {
+  // A claim read the first job as due, then waited for its row: meanwhile another claim (a cut
+  // claim still running on the server, or a deposed leader's) took it, ran it, and its retry put
+  // it back an hour ahead. The row is available again, but not due: the waiting claim leaves it.
+  auto other = detail::connect({.url = database_url(), .schema = schema_});
+  pqxx::work other_tx(*other);
+  const auto first = query_int(*conn_, "SELECT min(id) FROM jobs");
+  other_tx.exec_params(
+      "UPDATE jobs SET attempts = attempts + 1, claims = claims + 1, "
+      "run_at = now() + interval '1 hour' WHERE id = $1",
+      first);
+  lead("new", 2);
+  std::vector<detail::ClaimedJob> taken;
+  std::thread claimer([&] {
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    // The plan of a real queue's claim (a scan of the address list); three rows alone would be
+    // read by a sequential scan, whose re-check differs.
+    pqxx::nontransaction(*conn).exec("SET enable_seqscan = off");
+    taken = detail::claim_jobs(*conn, as("new", 2), 10, {{}, {}, {"noop"}});
+  });
+  const bool waited = wait_for(
+      [&] {
+        return count(
+                   "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                   "AND query LIKE '%UPDATE jobs j%'") == 1;
+      },
+      10s);
+  other_tx.commit();
+  claimer.join();
+  ASSERT_TRUE(waited) << "the claim never waited for the row the other transaction updated";
+  EXPECT_EQ(taken.size(), 2u);
+  for (const auto& j : taken)
+    EXPECT_NE(j.job.id, first) << "a job whose retry is an hour ahead was claimed at once";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND run_at > now() "
+                  "AND attempts = 1"),
+            1);
+}
+
 TEST_F(Fencing, TwoLockGroupsNeverRescueEachOthersJobs) {
   // Group r/k leads at epoch 1 and runs the jobs; group r/a leads at epoch 4 (epochs are per lock
   // row: 4 > 1 means nothing across groups).
