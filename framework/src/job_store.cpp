@@ -573,11 +573,10 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
     }
     return applied;
   };
-  if (failed.empty() && released.empty()) {
-    // Completions alone are one statement: committed on its own, in one round trip.
-    pqxx::nontransaction tx(conn);
-    return apply(tx);
-  }
+  // In a transaction even when the completions alone are one statement: a batch cut while its
+  // statement runs is then rolled back, not committed unanswered, so that the batch sent again
+  // does not find its own jobs gone and report them fenced. (Only a cut during COMMIT leaves
+  // that in doubt.)
   pqxx::work tx(conn);
   const auto applied = apply(tx);
   tx.commit();
