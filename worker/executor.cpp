@@ -319,12 +319,18 @@ void Executor::stall_check() {
     std::lock_guard lock(ready_mutex_);
     stall_check_armed_ = false;
     if (queued_ == 0) return;
-    if (starts_ == checked_starts_ && !stalled_) {
-      // Every runner is in a job that has not ended for a second, and jobs wait: they may be
-      // waiting for each other. Let every thread take one.
-      stalled_ = true;
-      spdlog::debug("executor: no job started for 1s with {} waiting; up to {} run at once",
-                    queued_, config_.threads);
+    if (starts_ == checked_starts_) {
+      if (!stalled_) {
+        // Every runner is in a job that has not ended for a second, and jobs wait: they may be
+        // waiting for each other. Let every thread take one.
+        stalled_ = true;
+        spdlog::debug("executor: no job started for 1s with {} waiting; up to {} run at once",
+                      queued_, config_.threads);
+      }
+    } else if (stalled_) {
+      // Jobs start again: back to the adapted limit (the runners above it retire as their jobs
+      // end), so that a backlog behind a stall does not keep every thread busy on CPU-bound work.
+      stalled_ = false;
     }
     spawn = spawn_locked();
     arm_stall_check_locked();

@@ -9,12 +9,13 @@
 // Submitted jobs wait in the executor's own queue; that many "runners" (pool tasks) take them one
 // after another, so a busy pool starts job after job without a thread handing each to the next
 // (a thread switch per job cost more than a no-op job). When no job has started for a second
-// while jobs wait, every thread may take one, so jobs that wait for each other cannot deadlock
-// below the thread count. The poller keeps the queue short (see poller.h). A job starts only
-// while the executor accepts its epoch AND the lease of that epoch is valid at that instant: jobs
-// that cannot start (leadership ended, a graceful shutdown began, or the lease ran out while they
-// waited) are released back to the queue through the completer instead; those of an epoch no
-// longer accepted are released at once, without waiting for a runner.
+// while jobs wait, every thread may take one (until a second in which jobs started again), so
+// jobs that wait for each other cannot deadlock below the thread count. The poller keeps the queue
+// short (see poller.h). A job starts only while the executor accepts its epoch AND the lease of
+// that epoch is valid at that instant: jobs that cannot start (leadership ended, a graceful
+// shutdown began, or the lease ran out while they waited) are released back to the queue through
+// the completer instead; those of an epoch no longer accepted are released at once, without waiting
+// for a runner.
 //
 // Cancellation is per epoch and per job: when an epoch ends, every run of that epoch sees
 // cancelled() (and a later epoch of the same node never clears it); a job cancelled by a producer
