@@ -6,6 +6,11 @@
 namespace baton::worker {
 namespace {
 
+// How long a graceful hand-over (or shutdown) lets a claim in flight come back before it cuts
+// it: a claim commits on its own, so a cut one may have committed unanswered, and its jobs would
+// wait for the next leader's rescue with an attempt counted. A claim takes milliseconds.
+constexpr Millis kClaimGrace{1000};
+
 PollerConfig shard_poller(PollerConfig config, const detail::HandlerRegistry& handlers, int shard,
                           int shards) {
   config.types = handlers.types();
@@ -146,8 +151,9 @@ bool Consumer::drain(Millis grace) {
     // of a shard that this drain does not wait for.
     std::lock_guard lock(mutex_);
     for (auto& lane : lanes_) {
-      lane.poller->stop();
-      lane.poller->join();  // a claim that came back is submitted, and released, before the wait
+      // A claim that comes back is submitted, and released, before the wait.
+      lane.poller->finish(kClaimGrace);
+      lane.poller->join();
       if (lane.epoch != 0) epochs.push_back(lane.epoch);
       lane.drained = true;
     }
@@ -178,7 +184,7 @@ bool Consumer::drain_shard(int shard, Millis grace) {
     std::lock_guard lock(mutex_);
     epoch = lane.epoch;
     if (epoch == 0) return true;
-    lane.poller->stop();
+    lane.poller->finish(kClaimGrace);
     lane.poller->join();
     executor_.stop_accepting(epoch);
   }

@@ -92,7 +92,25 @@ void Poller::start(std::int64_t epoch) {
     run_->gaps = std::move(carried_gaps_);
   }
   carried_gaps_.clear();
-  thread_ = std::thread([this, run = run_] { loop(*run); });
+  thread_ = std::thread([this, run = run_] {
+    loop(*run);
+    {
+      std::lock_guard lock(run->ended_mutex);
+      run->ended = true;
+    }
+    run->ended_cv.notify_all();
+  });
+}
+
+void Poller::finish(Millis grace) {
+  if (!run_) return;
+  run_->stopping.store(true);
+  wake();
+  {
+    std::unique_lock lock(run_->ended_mutex);
+    run_->ended_cv.wait_for(lock, grace, [&] { return run_->ended; });
+  }
+  stop();
 }
 
 void Poller::stop() {

@@ -22,9 +22,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -73,6 +75,11 @@ class Poller {
   // No claim starts any more, and a claim in flight is cut: returns at once, never waiting for
   // the network. Idempotent.
   void stop();
+  // For a graceful hand-over: no claim starts any more, and a claim in flight may come back for
+  // up to `grace` (its jobs go to the executor) before it is cut as by stop(). A claim commits
+  // on its own, so a cut one may have committed unanswered: its jobs would wait for the next
+  // leader's rescue, an attempt counted. Then join().
+  void finish(Millis grace);
   // Waits for the claiming thread to end (after stop()).
   void join();
   void wake();
@@ -93,6 +100,10 @@ class Poller {
     std::int64_t epoch = 0;
     std::atomic<bool> aborted{false};  // its calls are being cut (until join)
     std::atomic<bool> stopping{false};
+    // Set as the claiming thread ends (under ended_mutex), for finish().
+    std::mutex ended_mutex;
+    std::condition_variable ended_cv;
+    bool ended = false;
     std::unique_ptr<pqxx::connection> conn;
     std::unique_ptr<pqxx::notification_receiver> receiver;
     std::vector<std::string> notifications;
