@@ -62,7 +62,12 @@ TEST_F(BadInput, TenMegabytePayloadsAreRefusedByDefaultAndRunWhenAllowed) {
   Client big(database_url(),
              baton::ClientOptions{.schema = schema_, .max_payload_bytes = 20'000'000});
   std::atomic<std::size_t> seen{0};
-  RunningNode n(test_config(schema_, "solo"), [&](baton::Node& node) {
+  // Every claim must come back before the lease ends; claiming (and so receiving) a 10 MB job
+  // took longer than the default 500 ms lease under ThreadSanitizer on a 2-core VM, and each cut
+  // claim was claimed again and cut again.
+  auto config = test_config(schema_, "solo");
+  config.lock_ttl = std::chrono::seconds(5);
+  RunningNode n(config, [&](baton::Node& node) {
     node.handle("big", [&](baton::JobContext& ctx) {
       seen = ctx.payload()["blob"].get<std::string>().size();
     });
