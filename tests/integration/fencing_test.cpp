@@ -44,6 +44,38 @@ class Fencing : public ::testing::Test {
   std::vector<detail::ClaimedJob> claim(const std::string& node, long long epoch) {
     return detail::claim_jobs(*conn_, as(node, epoch), 10, {{}, {}, {"noop"}});
   }
+  // Changes the first job's row with `update` ($1: its id) in a transaction of its own, has
+  // `node` claim at `epoch` while that transaction holds the row, then commits it: the claim
+  // waits for the row, then re-checks it. The claim scans its address list, as on a real queue
+  // (three rows alone would be read by a sequential scan, whose re-check differs).
+  struct Race {
+    std::int64_t first = 0;                 // the job whose row was changed
+    std::vector<detail::ClaimedJob> taken;  // what the claim took
+    bool waited = false;                    // whether the claim waited for the row
+  };
+  Race claim_racing(const std::string& update, const std::string& node, long long epoch) {
+    Race race;
+    auto other = detail::connect({.url = database_url(), .schema = schema_});
+    pqxx::work other_tx(*other);
+    race.first = query_int(*conn_, "SELECT min(id) FROM jobs");
+    other_tx.exec_params(update, race.first);
+    lead(node, epoch);
+    std::thread claimer([&] {
+      auto conn = detail::connect({.url = database_url(), .schema = schema_});
+      pqxx::nontransaction(*conn).exec("SET enable_seqscan = off");
+      race.taken = detail::claim_jobs(*conn, as(node, epoch), 10, {{}, {}, {"noop"}});
+    });
+    race.waited = wait_for(
+        [&] {
+          return count(
+                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                     "AND query LIKE '%UPDATE jobs j%'") == 1;
+        },
+        10s);
+    other_tx.commit();
+    claimer.join();
+    return race;
+  }
   detail::Rescued rescue(const std::string& node, long long epoch,
                          const std::vector<std::int64_t>& still_running = {}) {
     return detail::rescue_lost(*conn_, as(node, epoch), still_running, std::chrono::seconds(30));
@@ -182,32 +214,14 @@ TEST_F(Fencing, ACompletionFindsItsJobEvenAfterTheRowMoved) {
 TEST_F(Fencing, ClaimsRacingAcrossAHandoverNeverTakeAJobTwice) {
   // The deposed leader's claim has updated the first job but not committed when the new leader
   // claims. The new claim waits for that row, then sees it taken and leaves it.
-  auto stale = detail::connect({.url = database_url(), .schema = schema_});
-  pqxx::work stale_tx(*stale);
-  const auto first = query_int(*conn_, "SELECT min(id) FROM jobs");
-  stale_tx.exec_params(
+  const auto race = claim_racing(
       "UPDATE jobs SET state = 'running', attempts = attempts + 1, claims = claims + 1, "
       "claimed_by = 'old', claimed_epoch = 1, claim_group = 'r/k' WHERE id = $1",
-      first);
-  lead("new", 2);
-  std::vector<detail::ClaimedJob> taken;
-  std::thread claimer([&] {
-    auto conn = detail::connect({.url = database_url(), .schema = schema_});
-    taken = detail::claim_jobs(*conn, as("new", 2), 10, {{}, {}, {"noop"}});
-  });
-  const bool waited = wait_for(
-      [&] {
-        return count(
-                   "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                   "AND query LIKE '%UPDATE jobs j%'") == 1;
-      },
-      10s);
-  stale_tx.commit();
-  claimer.join();
-  ASSERT_TRUE(waited) << "the new leader's claim never waited for the row the old one updated";
-  EXPECT_EQ(taken.size(), 2u);
-  for (const auto& j : taken)
-    EXPECT_NE(j.job.id, first) << "the job the deposed leader claimed was claimed again";
+      "new", 2);
+  ASSERT_TRUE(race.waited) << "the new leader's claim never waited for the row the old one updated";
+  EXPECT_EQ(race.taken.size(), 2u);
+  for (const auto& j : race.taken)
+    EXPECT_NE(j.job.id, race.first) << "the job the deposed leader claimed was claimed again";
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_epoch = 2"), 2);
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_epoch = 1 AND attempts = 1"), 1);
 }
@@ -216,35 +230,14 @@ TEST_F(Fencing, AClaimThatWaitedForARowLeavesItWhenItWasClaimedAndRetriedMeanwhi
   // A claim read the first job as due, then waited for its row: meanwhile another claim (a cut
   // claim still running on the server, or a deposed leader's) took it, ran it, and its retry put
   // it back an hour ahead. The row is available again, but not due: the waiting claim leaves it.
-  auto other = detail::connect({.url = database_url(), .schema = schema_});
-  pqxx::work other_tx(*other);
-  const auto first = query_int(*conn_, "SELECT min(id) FROM jobs");
-  other_tx.exec_params(
+  const auto race = claim_racing(
       "UPDATE jobs SET attempts = attempts + 1, claims = claims + 1, "
       "run_at = now() + interval '1 hour' WHERE id = $1",
-      first);
-  lead("new", 2);
-  std::vector<detail::ClaimedJob> taken;
-  std::thread claimer([&] {
-    auto conn = detail::connect({.url = database_url(), .schema = schema_});
-    // The plan of a real queue's claim (a scan of the address list); three rows alone would be
-    // read by a sequential scan, whose re-check differs.
-    pqxx::nontransaction(*conn).exec("SET enable_seqscan = off");
-    taken = detail::claim_jobs(*conn, as("new", 2), 10, {{}, {}, {"noop"}});
-  });
-  const bool waited = wait_for(
-      [&] {
-        return count(
-                   "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                   "AND query LIKE '%UPDATE jobs j%'") == 1;
-      },
-      10s);
-  other_tx.commit();
-  claimer.join();
-  ASSERT_TRUE(waited) << "the claim never waited for the row the other transaction updated";
-  EXPECT_EQ(taken.size(), 2u);
-  for (const auto& j : taken)
-    EXPECT_NE(j.job.id, first) << "a job whose retry is an hour ahead was claimed at once";
+      "new", 2);
+  ASSERT_TRUE(race.waited) << "the claim never waited for the row the other transaction updated";
+  EXPECT_EQ(race.taken.size(), 2u);
+  for (const auto& j : race.taken)
+    EXPECT_NE(j.job.id, race.first) << "a job whose retry is an hour ahead was claimed at once";
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND run_at > now() "
                   "AND attempts = 1"),
             1);
