@@ -106,9 +106,16 @@ void Poller::finish(Millis grace) {
   if (!run_) return;
   run_->stopping.store(true);
   wake();
+  bool ended = false;
   {
     std::unique_lock lock(run_->ended_mutex);
-    run_->ended_cv.wait_for(lock, grace, [&] { return run_->ended; });
+    ended = run_->ended_cv.wait_for(lock, grace, [&] { return run_->ended; });
+  }
+  if (!ended) {
+    spdlog::warn(
+        "poller: a claim was still in flight {}ms into the hand-over and is cut; should it have "
+        "committed, its jobs wait for the next leader's rescue",
+        grace.count());
   }
   stop();
 }
