@@ -113,8 +113,8 @@ void Poller::finish(Millis grace) {
   }
   if (!ended) {
     spdlog::warn(
-        "poller: a claim was still in flight {}ms into the hand-over and is cut; should it have "
-        "committed, its jobs wait for the next leader's rescue",
+        "poller: still in a database call {}ms into the hand-over, cut now; if that call was "
+        "a claim that committed, its jobs wait for the next leader's rescue",
         grace.count());
   }
   stop();
