@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -175,6 +176,7 @@ Poller::Round Poller::claim_round(Run& run) {
   // (worker/claim_cursor.h): `kind` is the limited queue it claims, or "" for the rest.
   auto claim = [&](const std::string& kind, int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except, int cluster_limit = 0) {
+    if (run.claim_cap > 0) want = std::min(want, run.claim_cap);
     if (want <= 0 || !lease_.valid(epoch)) return;
     auto& cursor = run.cursors[kind];
     const auto start = std::chrono::steady_clock::now();
@@ -185,12 +187,21 @@ Poller::Round Poller::claim_round(Run& run) {
     std::vector<detail::ClaimedJob> jobs;
     {
       // A claim that has not come back by the lease's end is of no use: it is cut then.
+      run.claim_deadline = lease_.deadline();
+      run.claim_wanted = want;
       auto armed =
-          detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+          detail::CallWatch::instance().arm(*run.conn, run.claim_deadline, detail::owner_of(&run));
       jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
                                 config_.connect.schema);
+      run.claim_wanted = 0;
     }
-    cursor.claimed(after, want, jobs, start, std::chrono::steady_clock::now());
+    const auto end = std::chrono::steady_clock::now();
+    if (run.claim_cap > 0 && static_cast<int>(jobs.size()) == want &&
+        end - start < (run.claim_deadline - start) / 4) {
+      // Full and well within its time: take more again.
+      run.claim_cap = run.claim_cap >= config_.batch_size / 2 ? 0 : run.claim_cap * 2;
+    }
+    cursor.claimed(after, want, jobs, start, end);
     for (const auto& j : jobs) {
       // A moving mean over about the last 1,000 jobs.
       const auto bytes = static_cast<double>(j.job.payload.size());
@@ -331,6 +342,27 @@ void Poller::take_unanswered_claims(Run& run) {
   }
 }
 
+void Poller::claim_was_cut(Run& run, int wanted) {
+  const auto now = std::chrono::steady_clock::now();
+  // Only the lease's end: a claim that failed before it (a lost connection, a restart, the end
+  // of leadership) says nothing about its size.
+  if (run.stopping.load() || now < run.claim_deadline) return;
+  if (wanted > 1) {
+    run.claim_cap = wanted / 2;
+    spdlog::warn(
+        "poller: a claim of {} jobs was still running when the lease ended, and was cut; claiming "
+        "at most {} at a time until claims come back in time (the server or the link is slow, or "
+        "the payloads are large)",
+        wanted, run.claim_cap);
+  } else if (now - run.one_job_warned >= std::chrono::minutes(1)) {
+    run.one_job_warned = now;
+    spdlog::warn(
+        "poller: a claim of one job was still running when the lease ended, and was cut; the "
+        "job's payload may be too large to fetch within the lease, or the server or the link too "
+        "slow: raise --lock-ttl (claims must come back before the lease ends)");
+  }
+}
+
 void Poller::pass_cancels(Run& run) {
   for (const auto& payload : run.notifications) {
     std::int64_t id = 0;
@@ -403,6 +435,7 @@ void Poller::loop(Run& run) {
       run.conn->get_notifs();
       pass_cancels(run);
     } catch (const std::exception& e) {
+      const int claim_wanted = std::exchange(run.claim_wanted, 0);
       if (lock_timed_out(e)) {
         if (std::chrono::steady_clock::now() >= run.skip_locked_until) {
           spdlog::warn(
@@ -413,6 +446,7 @@ void Poller::loop(Run& run) {
         run.skip_locked_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
         continue;
       }
+      if (claim_wanted > 0) claim_was_cut(run, claim_wanted);
       // A claim this session sent may have committed without its answer (the session was cut as
       // it committed): its jobs would be running under this epoch, in no run of ours.
       if (run.session.pid != 0) {

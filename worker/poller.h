@@ -120,6 +120,13 @@ class Poller {
     std::chrono::steady_clock::time_point next_gap_check{};
     // Per kind of claim (a limited queue's name, or "" for the rest): where the next one starts.
     std::map<std::string, ClaimCursor> cursors;
+    // A claim cut at the lease's end (it could not come back in time: large payloads, a slow
+    // link or server) halves how many jobs the next ones take, down to one; claims that come
+    // back full and fast double it again. 0: no cap.
+    int claim_cap = 0;
+    int claim_wanted = 0;  // jobs the claim in flight asked for (0: none in flight)
+    std::chrono::steady_clock::time_point claim_deadline{};
+    std::chrono::steady_clock::time_point one_job_warned{};  // last "one job was cut" warning
   };
   struct Round {
     int jobs = 0;       // claimed
@@ -136,6 +143,8 @@ class Poller {
   void wait(Run& run, Millis timeout);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
+  // After a claim failed: when the lease's end cut it, claim fewer jobs at a time.
+  void claim_was_cut(Run& run, int wanted);
   // Runs the jobs of claims that committed unanswered, once their cut sessions have ended.
   void take_unanswered_claims(Run& run);
   // Hands the cancellations that arrived by NOTIFY to the executor.

@@ -597,6 +597,47 @@ TEST_F(Worker, AnUnansweredClaimIsTakenOnceItsSessionEndedItsTransactionAndOnlyO
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), 4);
 }
 
+TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
+  // A claim still running at the lease's end is cut: its answer would come too late to use. When
+  // a claim of the jobs waiting always takes longer than that (large payloads, a slow server or
+  // link; here a trigger makes claiming each row take 0.7 s), claiming the same jobs again would
+  // cut again, and nothing would ever run. With a 2 s lease a claim has about 1.7 s: a claim of
+  // the 4 jobs (2.8 s) is cut, and the server sees its client gone at its next check (every
+  // second) and rolls it back. Claims of 2 (1.4 s) come back.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.type = 'slow' AND OLD.state = 'available' AND NEW.state = 'running' THEN "
+        "PERFORM pg_catalog.pg_sleep(0.7); END IF; RETURN NEW; END $$");
+    tx.exec(
+        "CREATE TRIGGER slow_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
+        "slow_claim()");
+  }
+  std::mutex m;
+  std::map<std::int64_t, int> runs;
+  auto config = test_config(schema_, "solo");
+  config.lock_ttl = std::chrono::seconds(2);
+  RunningNode n(config, [&](Node& node) {
+    node.handle("slow", [&](JobContext& ctx) {
+      std::lock_guard lock(m);
+      ++runs[ctx.job().id];
+    });
+  });
+  ASSERT_TRUE(
+      wait_count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL", 1, 20s));
+  const auto epoch = count("SELECT epoch FROM locks");
+  Client(database_url(), schema_).enqueue_copies("slow", {}, 4);
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 4, 60s))
+      << count("SELECT count(*) FROM job_history") << " of 4 jobs finished; "
+      << count("SELECT count(*) FROM jobs WHERE state = 'available'") << " never claimed";
+  EXPECT_EQ(count("SELECT epoch FROM locks"), epoch) << "the leader changed";
+  std::lock_guard lock(m);
+  EXPECT_EQ(runs.size(), 4u);
+  for (const auto& [id, times] : runs)
+    EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+}
+
 TEST_F(Worker, AHungJobIsRescuedAfterItsTimeoutAndDiesWhenOutOfAttempts) {
   auto config = test_config(schema_, "solo");
   RunningNode n(config, [](Node&) {});
