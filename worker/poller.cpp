@@ -38,6 +38,12 @@ bool lock_timed_out(const std::exception& e) {
   return sql != nullptr && sql->sqlstate() == "55P03";
 }
 
+// The session's statement_timeout (a lease longer than it lets a claim run into it first).
+bool statement_timed_out(const std::exception& e) {
+  const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
+  return sql != nullptr && sql->sqlstate() == "57014";
+}
+
 }  // namespace
 
 namespace {
@@ -91,6 +97,7 @@ void Poller::start(std::int64_t epoch) {
   if (epoch == carried_epoch_) {
     run_->last_claim_us = carried_last_claim_us_;
     run_->gaps = std::move(carried_gaps_);
+    run_->claim_cap = carried_claim_cap_;
   }
   carried_gaps_.clear();
   thread_ = std::thread([this, run = run_] {
@@ -139,6 +146,7 @@ void Poller::join() {
   if (run_ && !thread_.joinable()) {
     carried_epoch_ = run_->epoch;
     carried_last_claim_us_ = run_->last_claim_us;
+    carried_claim_cap_ = run_->claim_cap;
     carried_gaps_ = std::move(run_->gaps);
   }
   run_.reset();
@@ -342,24 +350,36 @@ void Poller::take_unanswered_claims(Run& run) {
   }
 }
 
-void Poller::claim_was_cut(Run& run, int wanted) {
+void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
   const auto now = std::chrono::steady_clock::now();
-  // Only the lease's end: a claim that failed before it (a lost connection, a restart, the end
-  // of leadership) says nothing about its size.
-  if (run.stopping.load() || now < run.claim_deadline) return;
+  // Only a claim that ran out of time while this node still leads: one that failed before its
+  // deadline (a lost connection, a restart), or at the end of leadership (the lease was not
+  // renewed meanwhile), says nothing about its size.
+  if (run.stopping.load() || !lease_.valid(run.epoch)) return;
+  if (!statement_timeout && now < run.claim_deadline) return;
   if (wanted > 1) {
     run.claim_cap = wanted / 2;
-    spdlog::warn(
-        "poller: a claim of {} jobs was still running when the lease ended, and was cut; claiming "
-        "at most {} at a time until claims come back in time (the server or the link is slow, or "
-        "the payloads are large)",
-        wanted, run.claim_cap);
+    // A stall cuts a few claims in a row: one warning a minute, the rest at debug level.
+    const bool warn = now - run.cap_warned >= std::chrono::minutes(1);
+    if (warn) run.cap_warned = now;
+    spdlog::log(warn ? spdlog::level::warn : spdlog::level::debug,
+                "poller: a claim of {} jobs was still running when {}, and was cut; claiming at "
+                "most {} at a time until claims come back in time (the server or the link is "
+                "slow, or the payloads are large)",
+                wanted, statement_timeout ? "its statement timeout ran out" : "the lease ended",
+                run.claim_cap);
   } else if (now - run.one_job_warned >= std::chrono::minutes(1)) {
     run.one_job_warned = now;
-    spdlog::warn(
-        "poller: a claim of one job was still running when the lease ended, and was cut; the "
-        "job's payload may be too large to fetch within the lease, or the server or the link too "
-        "slow: raise --lock-ttl (claims must come back before the lease ends)");
+    if (statement_timeout) {
+      spdlog::warn(
+          "poller: a claim of one job ran into its session's statement timeout; the server is "
+          "stalled, or the job's payload is too large to fetch in that time");
+    } else {
+      spdlog::warn(
+          "poller: a claim of one job was still running when the lease ended, and was cut; the "
+          "job's payload may be too large to fetch within the lease, or the server or the link "
+          "too slow: raise --lock-ttl (claims must come back before the lease ends)");
+    }
   }
 }
 
@@ -446,7 +466,7 @@ void Poller::loop(Run& run) {
         run.skip_locked_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
         continue;
       }
-      if (claim_wanted > 0) claim_was_cut(run, claim_wanted);
+      if (claim_wanted > 0) claim_was_cut(run, claim_wanted, statement_timed_out(e));
       // A claim this session sent may have committed without its answer (the session was cut as
       // it committed): its jobs would be running under this epoch, in no run of ours.
       if (run.session.pid != 0) {

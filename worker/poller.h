@@ -122,10 +122,12 @@ class Poller {
     std::map<std::string, ClaimCursor> cursors;
     // A claim cut at the lease's end (it could not come back in time: large payloads, a slow
     // link or server) halves how many jobs the next ones take, down to one; claims that come
-    // back full and fast double it again. 0: no cap.
+    // back full within a quarter of their time double it again. 0: no cap. A run that restarts
+    // under the same epoch keeps it.
     int claim_cap = 0;
     int claim_wanted = 0;  // jobs the claim in flight asked for (0: none in flight)
     std::chrono::steady_clock::time_point claim_deadline{};
+    std::chrono::steady_clock::time_point cap_warned{};      // last "claiming at most" warning
     std::chrono::steady_clock::time_point one_job_warned{};  // last "one job was cut" warning
   };
   struct Round {
@@ -143,8 +145,9 @@ class Poller {
   void wait(Run& run, Millis timeout);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
-  // After a claim failed: when the lease's end cut it, claim fewer jobs at a time.
-  void claim_was_cut(Run& run, int wanted);
+  // After a claim failed: when it ran out of time (the lease's end, or the statement timeout)
+  // while this node still leads, claim fewer jobs at a time.
+  void claim_was_cut(Run& run, int wanted, bool statement_timeout);
   // Runs the jobs of claims that committed unanswered, once their cut sessions have ended.
   void take_unanswered_claims(Run& run);
   // Hands the cancellations that arrived by NOTIFY to the executor.
@@ -162,6 +165,7 @@ class Poller {
   // starts the poller again under its epoch): its last claim's time and unsettled cut sessions.
   std::int64_t carried_epoch_ = 0;
   std::int64_t carried_last_claim_us_ = 0;
+  int carried_claim_cap_ = 0;
   std::vector<Gap> carried_gaps_;
   detail::Waker waker_;
   std::thread thread_;
