@@ -288,6 +288,12 @@ void Executor::runner() {
     int spawn = 0;
     {
       std::lock_guard lock(ready_mutex_);
+      // The stall check runs on a pool thread; once a stall lets every thread take a job, every
+      // thread may be a runner that never goes back to the pool while jobs wait, and the check
+      // would not run until the queue is empty. So the runners end the stall themselves when the
+      // check is due and jobs have started since it was armed (what the check would find).
+      if (stalled_ && starts_ != checked_starts_ && Clock::now() >= stall_check_due_)
+        stalled_ = false;
       if (queued_ == 0 || runners_ > limit()) {
         --runners_;
         if (queued_ == 0) stalled_ = false;
@@ -307,7 +313,8 @@ void Executor::arm_stall_check_locked() {
   if (stall_check_armed_ || closing_) return;
   stall_check_armed_ = true;
   checked_starts_ = starts_;
-  stall_timer_.expires_after(std::chrono::seconds(1));
+  stall_check_due_ = Clock::now() + std::chrono::seconds(1);
+  stall_timer_.expires_at(stall_check_due_);
   stall_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) stall_check();
   });

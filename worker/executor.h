@@ -181,8 +181,9 @@ class Executor {
   std::uint64_t starts_ = 0;          // jobs taken off the queue, ever
   std::uint64_t checked_starts_ = 0;  // starts_ when the stall check was armed
   bool stall_check_armed_ = false;
-  bool closing_ = false;           // the destructor runs
-  std::int64_t last_epoch_ = 0;    // the epoch whose job started last
+  std::chrono::steady_clock::time_point stall_check_due_{};  // when the armed check fires
+  bool closing_ = false;                                     // the destructor runs
+  std::int64_t last_epoch_ = 0;                              // the epoch whose job started last
   mutable std::mutex runs_mutex_;  // guards queue_busy_, runs_ and epochs_
   std::unordered_map<std::string, int> queue_busy_;
   std::unordered_multimap<std::int64_t, std::shared_ptr<Run>> runs_;

@@ -43,14 +43,14 @@ void spin_cpu(std::chrono::nanoseconds cpu) {
 class Worker : public SchemaTest {
  protected:
   // Hands every row of jobs (claimed by hand, in id order) to `executor` as claimed jobs of
-  // `type`, each under its claimed_epoch.
+  // `type` (empty: each row's own), each under its claimed_epoch.
   void submit_rows(baton::worker::Executor& executor, const std::string& type) {
     pqxx::nontransaction tx(*db_);
-    for (const auto& row : tx.exec("SELECT id, claimed_epoch FROM jobs ORDER BY id")) {
+    for (const auto& row : tx.exec("SELECT id, claimed_epoch, type FROM jobs ORDER BY id")) {
       baton::detail::ClaimedJob job;
       job.job.id = row[0].as<std::int64_t>();
       job.job.queue = "default";
-      job.job.type = type;
+      job.job.type = type.empty() ? row[2].as<std::string>() : type;
       job.job.attempt = 1;
       job.job.max_attempts = 10;
       job.job.epoch = row[1].as<std::int64_t>();
@@ -445,6 +445,85 @@ TEST_F(Worker, JobsThatWaitForEachOtherRunTogetherUpToTheThreadCount) {
       wait_for([&] { return count("SELECT count(*) FROM job_history") == 16 + meeting; }, 60s));
   std::lock_guard lock(m);
   EXPECT_EQ(most, meeting) << "the jobs that wait for each other never all ran at once";
+}
+
+TEST_F(Worker, AfterAStallCpuBoundJobsGoBackToAboutOnePerCore) {
+  // The stall rule lets every thread take a job while none has started for a second. Once jobs
+  // start again it must end: a backlog of CPU-bound jobs queued behind the stall would otherwise
+  // run on every thread until the executor's queue is empty, taking turns on the cores. Here
+  // the whole backlog is in the executor's queue from the start: CPU-bound jobs, then jobs that
+  // can only finish together (the stall), then more CPU-bound jobs.
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  if (cores >= 8) GTEST_SKIP() << "with " << cores << " cores a CPU-bound pool of 16 may be right";
+  const int meeting = cores + 1;
+  const int before = 100, after = 1500;
+  {
+    pqxx::nontransaction tx(*db_);
+    const auto rows = [&](const std::string& type, int n) {
+      tx.exec(
+          "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
+          "claimed_at, first_started_at) SELECT 'default', '" +
+          type + "', 'running', 1, 1, 'solo', now(), now() FROM generate_series(1, " +
+          std::to_string(n) + ")");
+    };
+    rows("spin", before);
+    rows("meet", meeting);
+    rows("spin", after);
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0, most_met = 0;
+  // When the meeting ended (steady-clock nanoseconds, 0: not yet). The CPU-bound jobs read it
+  // without a lock: a handler that waits for a lock looks to the executor like one that waits.
+  std::atomic<std::int64_t> met_ns{0};
+  const auto now_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  std::atomic<int> now{0}, most_late{0}, late{0};
+  baton::detail::HandlerRegistry handlers;
+  handlers.add("meet", baton::Handler([&](JobContext&) {
+                 std::unique_lock lock(m);
+                 most_met = std::max(most_met, ++arrived);
+                 cv.notify_all();
+                 cv.wait_for(lock, 20s, [&] { return most_met >= meeting; });
+                 if (met_ns.load() == 0) met_ns.store(now_ns());
+               }));
+  handlers.add("spin", baton::Handler([&](JobContext&) {
+                 const auto met = met_ns.load();
+                 const bool is_late =
+                     met != 0 && now_ns() - met > std::chrono::nanoseconds(1500ms).count();
+                 const int n = ++now;
+                 if (is_late) {
+                   ++late;
+                   for (int seen = most_late.load();
+                        n > seen && !most_late.compare_exchange_weak(seen, n);) {
+                   }
+                 }
+                 spin_cpu(5ms);
+                 --now;
+               }));
+  const baton::detail::ConnectOptions connect{.url = database_url(), .schema = schema_};
+  baton::worker::Completer completer(connect, nullptr);
+  completer.start();
+  {
+    baton::worker::Executor executor(
+        {.connect = connect, .threads = 16, .node_id = "solo", .retry = {}}, handlers, completer,
+        nullptr, [] {});
+    executor.accept(1);
+    submit_rows(executor, "");
+    ASSERT_TRUE(executor.wait_idle(120s));
+  }
+  ASSERT_TRUE(completer.wait_flushed(20s));
+  completer.stop(1s);
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(most_met, meeting) << "the jobs that wait for each other never all ran at once";
+  }
+  ASSERT_GT(late.load(), 0) << "no CPU-bound job started 1.5 s after the stall ended";
+  EXPECT_LE(most_late.load(), 2 * cores) << "1.5 s after the stall ended, CPU-bound jobs still ran "
+                                         << most_late.load() << " at once on " << cores << " cores";
 }
 
 TEST_F(Worker, RevokeCancelsRunningHandlers) {
