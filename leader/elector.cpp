@@ -208,7 +208,14 @@ void Elector::start() {
 void Elector::stop() {
   if (stopping_.exchange(true)) return;
   waker_.wake();
-  // A statement stuck on a dead connection is cut, so the heartbeat thread returns.
+  // The heartbeat ends the statement in flight (its deadline bounds it), then releases the lock
+  // and marks the node row stopped. Cutting that statement at once would lose the connection
+  // those need: the loop gets a lease's time to end. Past that, whatever the loop is stuck in
+  // (a connection being opened to a server that does not answer) is cut.
+  if (heartbeat_.joinable()) {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, config_.lease, [&] { return loop_ended_; });
+  }
   detail::CallWatch::instance().abort(detail::owner_of(this));
   if (heartbeat_.joinable()) heartbeat_.join();
   detail::CallWatch::instance().end_abort(detail::owner_of(this));
@@ -249,9 +256,11 @@ void Elector::answered() {
 }
 
 Elector::Statement::Statement(Elector& elector, pqxx::connection& conn, Clock::time_point deadline,
-                              const char* what)
+                              const char* what, bool shutdown)
     : elector_(elector),
-      armed_(detail::CallWatch::instance().arm(conn, deadline, detail::owner_of(&elector))) {
+      armed_(detail::CallWatch::instance().arm(
+          conn, deadline,
+          shutdown ? detail::owner_of(&elector.stopping_) : detail::owner_of(&elector))) {
   elector_.doing_since_ns_.store(now_ns());
   elector_.doing_.store(what);
 }
@@ -455,13 +464,18 @@ void Elector::heartbeat_loop() {
       wait(-1, backoff.next_jittered());
     }
   }
+  {
+    std::lock_guard lock(mutex_);
+    loop_ended_ = true;
+  }
+  cv_.notify_all();
 
   // Shutting down: release leadership so that a follower takes over within milliseconds.
   if (held_epoch != 0) {
     revoke(held_epoch, RevokeReason::shutting_down);
     if (conn) {
       try {
-        release(*conn, held_epoch, RevokeReason::shutting_down);
+        release(*conn, held_epoch, RevokeReason::shutting_down, true);
       } catch (const std::exception& e) {
         spdlog::warn("could not release leadership cleanly ({}); closing the session frees it",
                      detail::one_line(detail::scrub(e.what())));
@@ -471,7 +485,7 @@ void Elector::heartbeat_loop() {
   if (conn && config_.writes_node_row) {
     try {
       receiver.reset();
-      Statement armed(*this, *conn, Clock::now() + config_.lease, "node row's last update");
+      Statement armed(*this, *conn, Clock::now() + config_.lease, "node row's last update", true);
       pqxx::nontransaction tx(*conn);
       tx.exec_params("UPDATE nodes SET role = 'stopped', last_seen = now() WHERE node_id = $1",
                      config_.node_id);
@@ -770,8 +784,9 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
   lease_.extend(held_epoch, sent + config_.lease);
 }
 
-void Elector::release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason) {
-  Statement armed(*this, conn, Clock::now() + config_.lease, "release");
+void Elector::release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason,
+                      bool shutdown) {
+  Statement armed(*this, conn, Clock::now() + config_.lease, "release", shutdown);
   pqxx::nontransaction tx(conn);
   tx.exec_params(kReleaseRowSql, config_.lock_key, config_.region, config_.node_id, epoch,
                  std::string(to_string(reason)));

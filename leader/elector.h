@@ -127,7 +127,8 @@ class Elector {
   void grant(pqxx::connection& conn, std::int64_t& held_epoch);
   void maybe_evict(pqxx::connection& conn);
   void renew(pqxx::connection& conn, std::int64_t& held_epoch);
-  void release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason);
+  void release(pqxx::connection& conn, std::int64_t epoch, RevokeReason reason,
+               bool shutdown = false);
   void touch_node_row(pqxx::connection& conn, bool force);
   void keep_alive(pqxx::connection& conn);
   void end_deposed_transactions(pqxx::connection& conn, const std::string& previous);
@@ -154,8 +155,12 @@ class Elector {
   // runs out can say what the thread was waiting for.
   class Statement {
    public:
+    // `shutdown`: one of the calls made after stop() (the release, the node row's last update):
+    // stop() cuts the loop's calls in flight and any armed until the heartbeat has returned, so
+    // these are watched under an owner of their own, bounded by their deadline alone.
     Statement(Elector& elector, pqxx::connection& conn,
-              std::chrono::steady_clock::time_point deadline, const char* what);
+              std::chrono::steady_clock::time_point deadline, const char* what,
+              bool shutdown = false);
     Statement(const Statement&) = delete;
     Statement& operator=(const Statement&) = delete;
     ~Statement();
@@ -200,6 +205,8 @@ class Elector {
   std::condition_variable cv_;
   std::deque<Event> events_;
   bool events_done_ = false;
+  // Set (under mutex_) when the heartbeat's loop has ended, before its shutdown statements.
+  bool loop_ended_ = false;
 
   // Heartbeat thread only:
   std::chrono::steady_clock::time_point last_node_touch_{};

@@ -771,6 +771,28 @@ TEST_F(Worker, ACallCutAtItsDeadlineEndsOnTheServer) {
       << "the cut session (pid " << pid << ") still runs its statement on the server";
 }
 
+TEST_F(Worker, AStoppedNodeReleasesItsLeadershipAndMarksItselfStopped) {
+  // A node that stops gracefully releases the lock row (a follower need not wait for the lease
+  // to run out, and the leadership history says why) and marks its nodes row stopped (batonctl
+  // nodes and a shard-count change see it gone at once). Both statements run after stop() has
+  // cut the election's calls in flight: they must not be cut with them.
+  std::int64_t epoch = 0;
+  {
+    RunningNode n(test_config(schema_, "solo"), [](Node&) {});
+    ASSERT_TRUE(wait_count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL",
+                           1, 20s));
+    epoch = count("SELECT epoch FROM locks");
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM leadership_events WHERE event = 'released' AND "
+                  "reason = 'shutting_down' AND node_id = 'solo' AND epoch = " +
+                  std::to_string(epoch)),
+            1)
+      << "the stopped leader did not release its lock row";
+  EXPECT_EQ(count("SELECT count(*) FROM locks WHERE expires_at = renewed_at"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM nodes WHERE node_id = 'solo' AND role = 'stopped'"), 1)
+      << "the stopped node's row does not say so";
+}
+
 TEST_F(Worker, ThePrunerDeletesOnlyHistoryOlderThanTheRetention) {
   {
     pqxx::nontransaction tx(*db_);
