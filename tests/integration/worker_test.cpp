@@ -57,6 +57,24 @@ class Worker : public SchemaTest {
       executor.submit(std::move(job));
     }
   }
+  // Runs every row of jobs (submit_rows) on an executor of `threads` that accepts `epoch`, with
+  // `handlers`, until it is idle and the completer has written every outcome.
+  void run_rows(const baton::detail::HandlerRegistry& handlers, int threads, std::int64_t epoch,
+                const std::string& type, std::chrono::seconds timeout) {
+    const baton::detail::ConnectOptions connect{.url = database_url(), .schema = schema_};
+    baton::worker::Completer completer(connect, nullptr);
+    completer.start();
+    {
+      baton::worker::Executor executor(
+          {.connect = connect, .threads = threads, .node_id = "solo", .retry = {}}, handlers,
+          completer, nullptr, [] {});
+      executor.accept(epoch);
+      submit_rows(executor, type);
+      ASSERT_TRUE(executor.wait_idle(timeout));
+    }
+    ASSERT_TRUE(completer.wait_flushed(20s));
+    completer.stop(1s);
+  }
 };
 
 TEST_F(Worker, SlowJobsAreNotClaimedBeforeAThreadCanStartThem) {
@@ -278,19 +296,8 @@ TEST_F(Worker, ClaimedJobsThatHaveNotStartedAreReleasedWhenTheirEpochEnds) {
   std::atomic<int> ran{0};
   baton::detail::HandlerRegistry handlers;
   handlers.add("count", baton::Handler([&](JobContext&) { ++ran; }));
-  const baton::detail::ConnectOptions connect{.url = database_url(), .schema = schema_};
-  baton::worker::Completer completer(connect, nullptr);
-  completer.start();
-  {
-    baton::worker::Executor executor(
-        {.connect = connect, .threads = 2, .node_id = "solo", .retry = {}}, handlers, completer,
-        nullptr, [] {});
-    executor.accept(2);
-    submit_rows(executor, "count");
-    ASSERT_TRUE(executor.wait_idle(10s));
-  }
-  ASSERT_TRUE(completer.wait_flushed(10s));
-  completer.stop(1s);
+  run_rows(handlers, 2, 2, "count", 10s);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(ran.load(), 1) << "only the job of the accepted epoch runs";
   EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE epoch = 2"), 1);
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 "
@@ -504,19 +511,8 @@ TEST_F(Worker, AfterAStallCpuBoundJobsGoBackToAboutOnePerCore) {
                  spin_cpu(5ms);
                  --now;
                }));
-  const baton::detail::ConnectOptions connect{.url = database_url(), .schema = schema_};
-  baton::worker::Completer completer(connect, nullptr);
-  completer.start();
-  {
-    baton::worker::Executor executor(
-        {.connect = connect, .threads = 16, .node_id = "solo", .retry = {}}, handlers, completer,
-        nullptr, [] {});
-    executor.accept(1);
-    submit_rows(executor, "");
-    ASSERT_TRUE(executor.wait_idle(120s));
-  }
-  ASSERT_TRUE(completer.wait_flushed(20s));
-  completer.stop(1s);
+  run_rows(handlers, 16, 1, "", 120s);
+  if (HasFatalFailure()) return;
   {
     std::lock_guard lock(m);
     EXPECT_EQ(most_met, meeting) << "the jobs that wait for each other never all ran at once";
