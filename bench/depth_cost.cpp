@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   long long max_rows = 5'000'000;
   if (argc == 3 && std::strcmp(argv[1], "--max") == 0) max_rows = std::atoll(argv[2]);
   try {
+    baton::test::TempDirsGuard temp_dirs;  // ends last: the server and the nodes stop first
     baton::bench::BenchDatabase database;
     const std::string schema = "bench_depth_" + std::to_string(getpid());
     auto conn = baton::detail::connect(

@@ -235,6 +235,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    baton::test::TempDirsGuard temp_dirs;  // ends last: the server and the nodes stop first
     bench::BenchDatabase database;
     Bench b(database.url(), rate);
     if (b.leader().empty()) wait_for([&] { return !b.leader().empty(); }, 30s);
@@ -300,7 +301,9 @@ int main(int argc, char** argv) {
     }
     const bool ordered = std::all_of(variants.begin(), variants.end(),
                                      [](const Variant& v) { return v.granted_first == 0; });
-    return b.committed_twice() == 0 && b.enqueued() == finished && ordered ? 0 : 1;
+    if (b.committed_twice() == 0 && b.enqueued() == finished && ordered) return 0;
+    test::keep_temp_dirs();  // the nodes' logs, for a look at what went wrong
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "failover: %s\n", e.what());
     return 1;

@@ -306,6 +306,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    baton::test::TempDirsGuard temp_dirs;  // ends last: the server and the nodes stop first
     baton::bench::BenchDatabase database;
     if (o.wants("scale")) {
       Deployment d(database.url(), o.shards, o, "scale");

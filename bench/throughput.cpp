@@ -529,6 +529,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    baton::test::TempDirsGuard temp_dirs;  // ends last: the server and the nodes stop first
     baton::bench::BenchDatabase database;
     Bench b(database.url(), o);
     report(b, o);

@@ -14,7 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -228,10 +231,55 @@ double metric_sum(const std::string& page, const std::string& name) {
   return sum;
 }
 
+namespace {
+
+struct TempDirs {
+  std::mutex mutex;
+  std::vector<std::string> paths;
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::string temp_dir(const std::string& what) {
   std::string tmpl = "/tmp/baton-test-" + what + "-XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+  auto& dirs = temp_dirs();
+  const std::lock_guard lock(dirs.mutex);
+  dirs.paths.push_back(tmpl);
   return tmpl;
+}
+
+void remove_temp_dirs() {
+  auto& dirs = temp_dirs();
+  const std::lock_guard lock(dirs.mutex);
+  for (const auto& path : dirs.paths) {
+    std::error_code error;
+    std::filesystem::remove_all(path, error);
+    if (error)
+      std::fprintf(stderr, "could not remove %s: %s\n", path.c_str(), error.message().c_str());
+  }
+  dirs.paths.clear();
+}
+
+void keep_temp_dirs() {
+  auto& dirs = temp_dirs();
+  const std::lock_guard lock(dirs.mutex);
+  for (const auto& path : dirs.paths)
+    std::fprintf(stderr, "logs kept in %s\n", path.c_str());
+  dirs.paths.clear();
+}
+
+TempDirsGuard::~TempDirsGuard() {
+  if (std::uncaught_exceptions() > 0) {
+    keep_temp_dirs();
+  } else {
+    remove_temp_dirs();
+  }
 }
 
 std::string binary(const std::string& name) {

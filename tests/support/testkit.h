@@ -98,7 +98,24 @@ class ThrowawayServer {
 // A free TCP port on 127.0.0.1 (bound and released: another process could take it meanwhile).
 int free_port();
 
-// A temporary directory for this test's logs.
+// A temporary directory for this test's logs (/tmp/baton-test-`what`-XXXXXX). It is removed at
+// the end of a test program that passed (tests/support/main.cpp) or of a bench's TempDirsGuard,
+// and kept, with its path on stderr, when something failed.
 std::string temp_dir(const std::string& what);
+
+// Removes every directory temp_dir made so far in this process.
+void remove_temp_dirs();
+// Forgets them, and prints their paths to stderr for a look at the logs.
+void keep_temp_dirs();
+
+// For a program without Google Test: at the end of its scope, removes the temporary directories,
+// or keeps them when the scope ends by an exception. Declare it before what writes into them.
+class TempDirsGuard {
+ public:
+  TempDirsGuard() = default;
+  ~TempDirsGuard();
+  TempDirsGuard(const TempDirsGuard&) = delete;
+  TempDirsGuard& operator=(const TempDirsGuard&) = delete;
+};
 
 }  // namespace baton::test
