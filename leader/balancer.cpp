@@ -7,6 +7,7 @@
 
 #include "baton/detail/backoff.h"
 #include "baton/detail/call_watch.h"
+#include "baton/detail/clock.h"
 #include "baton/detail/text.h"
 
 namespace baton::leader {
@@ -52,11 +53,6 @@ SELECT 4, l.lock_key, NULL
 ORDER BY 1, 3, 2
 )sql";
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 Balancer::Balancer(BalancerConfig config, BalancerHooks hooks,
@@ -98,7 +94,7 @@ int Balancer::led() const {
 
 void Balancer::stand_aside(Millis how_long) {
   // The longest of overlapping step-downs wins (a shutdown's stays, whatever comes after it).
-  const auto until = now_ns() + std::chrono::nanoseconds(how_long).count();
+  const auto until = detail::steady_now_ns() + std::chrono::nanoseconds(how_long).count();
   auto seen = aside_until_ns_.load();
   while (seen < until && !aside_until_ns_.compare_exchange_weak(seen, until)) {
   }
@@ -107,7 +103,7 @@ void Balancer::stand_aside(Millis how_long) {
 }
 
 bool Balancer::aside() const {
-  return now_ns() < aside_until_ns_.load();
+  return detail::steady_now_ns() < aside_until_ns_.load();
 }
 
 bool Balancer::may_stand(int shard) {
@@ -120,7 +116,7 @@ bool Balancer::may_stand(int shard) {
   // One attempt at a time: a grant takes a round trip or two (more with a synchronous standby);
   // until it is counted, another elector of this node waits. The time limit only covers an
   // attempt that never reported (its elector's connection failed mid-way).
-  const auto now = now_ns();
+  const auto now = detail::steady_now_ns();
   std::lock_guard lock(standing_mutex_);
   if (standing_ >= 0 && now < stand_until_ns_) return false;
   standing_ = shard;

@@ -9,6 +9,7 @@
 
 #include "baton/detail/backoff.h"
 #include "baton/detail/call_watch.h"
+#include "baton/detail/clock.h"
 #include "baton/detail/control.h"
 #include "baton/detail/text.h"
 
@@ -178,11 +179,6 @@ struct WakeReceiver : pqxx::notification_receiver {
   std::vector<std::string>& out_;
 };
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 Elector::Elector(ElectorConfig config, ElectorEvents events, detail::Lease& lease,
@@ -248,11 +244,11 @@ void Elector::request_step_down() {
 
 bool Elector::reachable(Millis within) const {
   const auto at = last_answer_ns_.load();
-  return at != 0 && now_ns() - at < std::chrono::nanoseconds(within).count();
+  return at != 0 && detail::steady_now_ns() - at < std::chrono::nanoseconds(within).count();
 }
 
 void Elector::answered() {
-  last_answer_ns_.store(now_ns());
+  last_answer_ns_.store(detail::steady_now_ns());
 }
 
 Elector::Statement::Statement(Elector& elector, pqxx::connection& conn, Clock::time_point deadline,
@@ -261,12 +257,12 @@ Elector::Statement::Statement(Elector& elector, pqxx::connection& conn, Clock::t
       armed_(detail::CallWatch::instance().arm(
           conn, deadline,
           shutdown ? detail::owner_of(&elector.stopping_) : detail::owner_of(&elector))) {
-  elector_.doing_since_ns_.store(now_ns());
+  elector_.doing_since_ns_.store(detail::steady_now_ns());
   elector_.doing_.store(what);
 }
 
 Elector::Statement::~Statement() {
-  elector_.in_statements_ns_.fetch_add(now_ns() - elector_.doing_since_ns_.load());
+  elector_.in_statements_ns_.fetch_add(detail::steady_now_ns() - elector_.doing_since_ns_.load());
   elector_.last_failed_.store(std::uncaught_exceptions() > exceptions_);
   elector_.last_done_.store(elector_.doing_.exchange(nullptr));
 }
@@ -286,7 +282,7 @@ void Elector::lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns) {
 
 std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
   const auto late = std::chrono::duration_cast<Millis>(Clock::now() - deadline);
-  const auto now = now_ns();
+  const auto now = detail::steady_now_ns();
   const char* what = doing_.load();
   const auto since = doing_since_ns_.load();
   auto waited = in_statements_ns_.load() - in_statements_at_lease_from_ns_.load();
@@ -603,7 +599,7 @@ bool Elector::acquire(pqxx::connection& conn, std::int64_t& held_epoch) {
 
 void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto sent = Clock::now();
-  const auto sent_ns = now_ns();
+  const auto sent_ns = detail::steady_now_ns();
   const auto in_statements = in_statements_ns_.load();
   std::int64_t epoch = 0;
   std::string previous;
@@ -747,7 +743,7 @@ void Elector::end_deposed_transactions(pqxx::connection& conn, const std::string
 
 void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto sent = Clock::now();
-  const auto sent_ns = now_ns();
+  const auto sent_ns = detail::steady_now_ns();
   const auto in_statements = in_statements_ns_.load();
   // A renewal that has not come back by the lease's end is of no use: cut it then.
   Statement armed(*this, conn, statement_deadline(held_epoch), "renewal");

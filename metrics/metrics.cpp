@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "baton/detail/clock.h"
 #include "baton/detail/enqueue_counts.h"
 #include "metrics/process_collector.h"
 
@@ -67,11 +68,7 @@ class Metrics::Live final : public prometheus::Collectable {
   }
 
  private:
-  static std::int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
+  static std::int64_t now_ns() { return detail::steady_now_ns(); }
   std::array<std::atomic<std::int64_t>, kMaxShards> renewed_ns_{};  // by shard; 0: not leading
   std::atomic<int> shards_{1};
 };

@@ -17,7 +17,7 @@ namespace {
 
 // The outcomes' session: durable commits (synchronous), a statement bound, no transaction left
 // open.
-detail::ConnectOptions with_session(detail::ConnectOptions connect) {
+detail::ConnectOptions completion_session(detail::ConnectOptions connect) {
   if (connect.statement_timeout_ms == 0) connect.statement_timeout_ms = 60'000;
   if (connect.idle_in_transaction_timeout_ms == 0) connect.idle_in_transaction_timeout_ms = 10'000;
   connect.synchronous_commit_off = false;
@@ -33,7 +33,7 @@ constexpr auto kWriteDeadline = std::chrono::seconds(30);
 }  // namespace
 
 Completer::Completer(detail::ConnectOptions connect, detail::JobObserver* observer)
-    : connect_(with_session(std::move(connect))), observer_(observer) {}
+    : connect_(completion_session(std::move(connect))), observer_(observer) {}
 
 Completer::~Completer() {
   stop(Millis(0));

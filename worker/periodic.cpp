@@ -13,7 +13,7 @@ namespace {
 
 // A maintenance session: its statements may take a while (a depth sample of millions of rows),
 // but a transaction left open is ended.
-detail::ConnectOptions with_session(detail::ConnectOptions connect) {
+detail::ConnectOptions maintenance_session(detail::ConnectOptions connect) {
   if (connect.statement_timeout_ms == 0) connect.statement_timeout_ms = 120'000;
   if (connect.idle_in_transaction_timeout_ms == 0) connect.idle_in_transaction_timeout_ms = 10'000;
   return connect;
@@ -24,7 +24,7 @@ detail::ConnectOptions with_session(detail::ConnectOptions connect) {
 PeriodicService::PeriodicService(std::string name, detail::ConnectOptions connect, Millis interval,
                                  Task task)
     : name_(std::move(name)),
-      connect_(with_session(std::move(connect))),
+      connect_(maintenance_session(std::move(connect))),
       interval_(interval),
       task_(std::move(task)) {}
 

@@ -15,19 +15,6 @@ namespace {
 
 using namespace baton::test;
 
-void create_effects(Cluster& cluster) {
-  pqxx::nontransaction tx(cluster.db());
-  tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");  // no unique key
-}
-
-void enqueue(Cluster& cluster, const std::string& type, const std::string& payload, int n) {
-  pqxx::nontransaction tx(cluster.db());
-  tx.exec_params(
-      "INSERT INTO jobs (queue, type, payload) SELECT 'default', $1, $2::jsonb "
-      "FROM generate_series(1, $3)",
-      type, payload, n);
-}
-
 // CPU seconds (user + system) a process has used so far.
 double cpu_seconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");

@@ -14,15 +14,6 @@ namespace {
 
 using namespace baton::test;
 
-void enqueue(Cluster& cluster, const std::string& type, const std::string& payload, int n,
-             const std::string& key_prefix = "") {
-  pqxx::nontransaction tx(cluster.db());
-  tx.exec_params(
-      "INSERT INTO jobs (queue, type, payload, idempotency_key) SELECT 'default', $1, $2::jsonb, "
-      "CASE WHEN $4 = '' THEN NULL ELSE $4 || g END FROM generate_series(1, $3) g",
-      type, payload, n, key_prefix);
-}
-
 TEST(OneRun, ANodeThatLosesAndRegainsLeadershipCancelsItsRunsBeforeRunningThemAgain) {
   Cluster cluster(unique_schema("regrant"), 0);
   const auto log = cluster.dir() + "/runs.log";

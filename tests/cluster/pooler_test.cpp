@@ -14,11 +14,6 @@ namespace {
 
 using namespace baton::test;
 
-void create_effects(Cluster& cluster) {
-  pqxx::nontransaction tx(cluster.db());
-  tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");
-}
-
 // Every job of `n` done exactly once, each transactional effect committed once.
 void expect_done_once(Cluster& cluster, long long n) {
   ASSERT_TRUE(wait_for([&] { return cluster.count("SELECT count(*) FROM job_history") == n; }, 60s))

@@ -135,4 +135,18 @@ std::string ctl(const Cluster& cluster, const std::string& args, int* rc) {
   return out;
 }
 
+void enqueue(Cluster& cluster, const std::string& type, const std::string& payload, int n,
+             const std::string& key_prefix) {
+  pqxx::nontransaction tx(cluster.db());
+  tx.exec_params(
+      "INSERT INTO jobs (queue, type, payload, idempotency_key) SELECT 'default', $1, $2::jsonb, "
+      "CASE WHEN $4 = '' THEN NULL ELSE $4 || g END FROM generate_series(1, $3) g",
+      type, payload, n, key_prefix);
+}
+
+void create_effects(Cluster& cluster) {
+  pqxx::nontransaction tx(cluster.db());
+  tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");
+}
+
 }  // namespace baton::test

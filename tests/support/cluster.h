@@ -60,4 +60,13 @@ class Cluster {
 // code in `rc`. Without `rc`, a non-zero exit code is a test failure.
 std::string ctl(const Cluster& cluster, const std::string& args, int* rc = nullptr);
 
+// Inserts `n` jobs of `type` with `payload` (JSON) into the default queue, straight into the
+// table; with a `key_prefix`, job i gets the idempotency key prefix + i.
+void enqueue(Cluster& cluster, const std::string& type, const std::string& payload, int n,
+             const std::string& key_prefix = "");
+
+// The table demo_node's transactional handlers write one row per committed effect to. It has no
+// unique key, so an effect committed twice shows as two rows.
+void create_effects(Cluster& cluster);
+
 }  // namespace baton::test

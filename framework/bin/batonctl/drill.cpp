@@ -22,7 +22,7 @@
 namespace batonctl {
 namespace {
 
-struct Options {
+struct DrillOptions {
   bool kill = false;
   std::string timeout = "30s";
   std::string lock_key = "baton-leader";
@@ -160,7 +160,7 @@ std::string refuse_kill(int pid, const std::string& node_id, const std::string& 
          "') does not show that it is node " + node_id;
 }
 
-int run_drill(const Global& g, const Options& o) {
+int run_drill(const Global& g, const DrillOptions& o) {
   const auto timeout = baton::parse_duration(o.timeout, "timeout");
   auto conn = open(g);
   const std::string group = o.region + "/" + o.lock_key;
@@ -331,7 +331,7 @@ int run_drill(const Global& g, const Options& o) {
 }  // namespace
 
 void add_drill(CLI::App& app, const Global& g, Command& chosen) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<DrillOptions>();
   auto* cmd = app.add_subcommand(
       "drill", "failover drill: ask the leader to step down (or --kill it) and time the takeover");
   cmd->add_flag("--kill", o->kill,

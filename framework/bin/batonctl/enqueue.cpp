@@ -16,7 +16,7 @@
 namespace batonctl {
 namespace {
 
-struct Options {
+struct EnqueueOptions {
   std::string type;
   std::string payload = "{}";
   std::string queue = "default";
@@ -43,7 +43,7 @@ std::string problem_of(pqxx::connection& conn, const std::string& schema,
 // Enqueues JSON lines in batches of 1,000, with a progress line when stderr is a terminal. Each
 // line is a job object of the SQL API, or (with --type) a payload. A batch the database refuses
 // is checked line by line to say which line is wrong; the batches before it stay enqueued.
-int enqueue_lines(const Global& g, const Options& o) {
+int enqueue_lines(const Global& g, const EnqueueOptions& o) {
   std::ifstream file;
   if (o.file != "-") {
     file.open(o.file);
@@ -106,7 +106,7 @@ int enqueue_lines(const Global& g, const Options& o) {
   return 0;
 }
 
-int enqueue_one(const Global& g, const Options& o) {
+int enqueue_one(const Global& g, const EnqueueOptions& o) {
   if (o.type.empty()) throw UsageError("enqueue needs --type (or --file)");
   baton::EnqueueOptions opts;
   opts.queue = o.queue;
@@ -130,7 +130,7 @@ int enqueue_one(const Global& g, const Options& o) {
 }  // namespace
 
 void add_enqueue(CLI::App& app, const Global& g, Command& chosen) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<EnqueueOptions>();
   auto* cmd = app.add_subcommand("enqueue", "enqueue jobs");
   cmd->add_option("--type", o->type, "job type (with --file: the type of every line)");
   cmd->add_option("--file", o->file,

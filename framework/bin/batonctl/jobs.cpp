@@ -9,14 +9,14 @@
 namespace batonctl {
 namespace {
 
-struct Options {
+struct JobOptions {
   std::int64_t id = 0;
   std::string queue = "default";
   std::string key;  // an idempotency key instead of an id
 };
 
 // The job the options name (by id, or by queue and idempotency key).
-std::int64_t job_id(pqxx::connection& conn, const Global& g, const Options& o) {
+std::int64_t job_id(pqxx::connection& conn, const Global& g, const JobOptions& o) {
   if ((o.id != 0) == !o.key.empty()) throw UsageError("give a job id or --key (not both)");
   if (o.id != 0) return o.id;
   pqxx::read_transaction tx(conn);
@@ -28,7 +28,7 @@ std::int64_t job_id(pqxx::connection& conn, const Global& g, const Options& o) {
 }  // namespace
 
 void add_jobs(CLI::App& app, const Global& g, Command& chosen) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<JobOptions>();
   auto* jobs = app.add_subcommand("jobs", "one job: its story, or cancel it");
   jobs->require_subcommand(1);
   for (auto* cmd : {jobs->add_subcommand("show", "a job wherever it is: queue, history or dead"),

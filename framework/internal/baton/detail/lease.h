@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "baton/detail/clock.h"
+
 namespace baton::detail {
 
 class Lease {
@@ -42,9 +44,7 @@ class Lease {
   }
 
  private:
-  static std::int64_t ns(Clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-  }
+  static std::int64_t ns(Clock::time_point t) { return steady_ns(t); }
   std::atomic<std::int64_t> epoch_{0};
   std::atomic<std::int64_t> deadline_ns_{0};
 };
