@@ -216,10 +216,21 @@ int main(int argc, char** argv) {
   int rounds = 5;
   int rate = 1000;
   std::string only;
+  const char* usage =
+      "bench/failover [--rounds 1..100] [--rate 100..20000] "
+      "[--only SIGKILL|SIGSTOP|SIGTERM|partition]";
+  if (const int code = bench::check_flag_pairs(argc, argv, usage); code >= 0) return code;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--rate") == 0) rate = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+    if (std::strcmp(argv[i], "--rounds") == 0) {
+      rounds = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--rate") == 0) {
+      rate = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--only") == 0) {
+      only = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "failover: unknown flag %s\nusage: %s\n", argv[i], usage);
+      return 2;
+    }
   }
   std::vector<Variant> variants{{"SIGKILL", SIGKILL, {}, {}, 0},
                                 {"SIGSTOP", SIGSTOP, {}, {}, 0},
@@ -229,9 +240,7 @@ int main(int argc, char** argv) {
     std::erase_if(variants, [&](const Variant& v) { return v.name != only; });
   }
   if (rounds < 1 || rounds > 100 || rate < 100 || rate > 20000 || variants.empty()) {
-    std::fprintf(stderr,
-                 "usage: failover [--rounds 1..100] [--rate 100..20000] "
-                 "[--only SIGKILL|SIGSTOP|SIGTERM|partition]\n");
+    std::fprintf(stderr, "usage: %s\n", usage);
     return 2;
   }
   try {

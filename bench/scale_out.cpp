@@ -285,6 +285,12 @@ KillFigures kill_to_running(Deployment& d, int nodes, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const int code = baton::bench::check_flag_pairs(
+          argc, argv,
+          "bench/scale_out [--rounds 3] [--jobs 3000] [--job-ms 10] [--threads 4] [--shards 6] "
+          "[--only scale,kill,rebalance]");
+      code >= 0)
+    return code;
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];

@@ -492,6 +492,13 @@ void report(Bench& b, const Options& o) {
 }
 
 int main(int argc, char** argv) {
+  if (const int code = baton::bench::check_flag_pairs(
+          argc, argv,
+          "bench/throughput [--drain 100000] [--samples 1000] [--threads 16] "
+          "[--batch-size 1000] [--backlog 0] [--sleep-jobs 48000] [--runs 3] "
+          "[--console-pages 10] [--only enqueue,drain,sleep,latency,console] [--lock-ttl 500ms]");
+      code >= 0)
+    return code;
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
