@@ -32,7 +32,9 @@ const prometheus::Histogram::BucketBoundaries& time_buckets() {
 // Clients of this process enqueued.
 class Metrics::Live final : public prometheus::Collectable {
  public:
-  void lease_renewed(int shard) { renewed_ns_.at(static_cast<std::size_t>(shard)).store(now_ns()); }
+  void lease_renewed(int shard) {
+    renewed_ns_.at(static_cast<std::size_t>(shard)).store(detail::steady_now_ns());
+  }
   void lease_lost(int shard) { renewed_ns_.at(static_cast<std::size_t>(shard)).store(0); }
   void set_shards(int shards) { shards_.store(shards); }
 
@@ -48,7 +50,7 @@ class Metrics::Live final : public prometheus::Collectable {
       if (const auto at = renewed_ns_[static_cast<std::size_t>(k)].load(); at != 0) {
         prometheus::ClientMetric m;
         if (shards > 1) m.label = {{"shard", std::to_string(k)}};
-        m.gauge.value = static_cast<double>(now_ns() - at) / 1e9;
+        m.gauge.value = static_cast<double>(detail::steady_now_ns() - at) / 1e9;
         age.metric.push_back(m);
       }
     }
@@ -68,7 +70,6 @@ class Metrics::Live final : public prometheus::Collectable {
   }
 
  private:
-  static std::int64_t now_ns() { return detail::steady_now_ns(); }
   std::array<std::atomic<std::int64_t>, kMaxShards> renewed_ns_{};  // by shard; 0: not leading
   std::atomic<int> shards_{1};
 };

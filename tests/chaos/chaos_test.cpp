@@ -32,8 +32,8 @@ class Chaos {
  public:
   Chaos(const std::string& schema, int shards)
       : schema_(schema), dir_(temp_dir(schema)), shards_(shards), cluster_(schema, 0) {
+    create_effects(cluster_);
     pqxx::nontransaction tx(cluster_.db());
-    tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");
     tx.exec(
         "CREATE TABLE executions (job_id bigint, node text, epoch bigint, attempt int, "
         "at timestamptz DEFAULT clock_timestamp())");

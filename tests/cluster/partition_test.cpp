@@ -30,16 +30,11 @@ struct ProxiedCluster {
       cluster.start(id, {"--database-url", proxies.at(id)->url_through(database_url()), "--run-log",
                          run_log});
     }
-    pqxx::nontransaction tx(cluster.db());
-    tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");
+    create_effects(cluster);
   }
   Proxy& proxy(const std::string& id) { return *proxies.at(id); }
   void enqueue(const std::string& type, const std::string& payload, int n) {
-    pqxx::nontransaction tx(cluster.db());
-    tx.exec_params(
-        "INSERT INTO jobs (queue, type, payload) SELECT 'default', $1, $2::jsonb "
-        "FROM generate_series(1, $3)",
-        type, payload, n);
+    baton::test::enqueue(cluster, type, payload, n);
   }
 
   Cluster cluster;

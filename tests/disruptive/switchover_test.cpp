@@ -46,10 +46,7 @@ TEST(Switchover, PromotingTheStandbyMovesTheClusterWithoutLosingOrRepeatingWork)
                           ",127.0.0.1:" + port_of(standby.url) +
                           "/postgres?target_session_attrs=read-write";
   Cluster cluster(unique_schema("switchover"), 0, {}, url, url);
-  {
-    pqxx::nontransaction tx(cluster.db());
-    tx.exec("CREATE TABLE effects (job_id bigint, node text, epoch bigint)");
-  }
+  create_effects(cluster);
   for (const char* id : {"n1", "n2"})
     cluster.start(id);
   ASSERT_NE(cluster.wait_leader(20s), "") << cluster.logs();

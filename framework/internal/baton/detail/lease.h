@@ -19,12 +19,12 @@ class Lease {
 
   // Leadership at `epoch` until `deadline`.
   void grant(std::int64_t epoch, Clock::time_point deadline) {
-    deadline_ns_.store(ns(deadline));
+    deadline_ns_.store(steady_ns(deadline));
     epoch_.store(epoch);
   }
   // A renewal: the new deadline, if `epoch` is still held.
   void extend(std::int64_t epoch, Clock::time_point deadline) {
-    if (epoch_.load() == epoch) deadline_ns_.store(ns(deadline));
+    if (epoch_.load() == epoch) deadline_ns_.store(steady_ns(deadline));
   }
   // Ends `epoch`; false when it had ended already (or another epoch is held).
   bool end(std::int64_t epoch) {
@@ -35,7 +35,7 @@ class Lease {
   }
   // True while `epoch` is held and its deadline has not passed, at this instant.
   bool valid(std::int64_t epoch) const {
-    return epoch != 0 && epoch_.load() == epoch && ns(Clock::now()) < deadline_ns_.load();
+    return epoch != 0 && epoch_.load() == epoch && steady_ns(Clock::now()) < deadline_ns_.load();
   }
   std::int64_t epoch() const { return epoch_.load(); }  // 0 when not leading
   // The deadline of the epoch held (time_point{} when none).
@@ -44,7 +44,6 @@ class Lease {
   }
 
  private:
-  static std::int64_t ns(Clock::time_point t) { return steady_ns(t); }
   std::atomic<std::int64_t> epoch_{0};
   std::atomic<std::int64_t> deadline_ns_{0};
 };
