@@ -66,6 +66,18 @@ TEST_F(SqlApi, BadArgumentsRaiseDocumentedSqlstatesWithTheFix) {
   EXPECT_EQ(state, "BT003") << message;
   std::tie(state, message) = error_of("SELECT enqueue('q', 't', timeout_ms => -5)");
   EXPECT_EQ(state, "BT003") << message;
+  // Each limit, one past it and on it: enqueue tests them all at once before it names one.
+  for (const char* args : {"priority => -32769", "priority => 32768", "max_attempts => 1001",
+                           "timeout_ms => 2000000001", "partition_key => repeat('k', 257)",
+                           "idempotency_key => repeat('k', 257)"}) {
+    std::tie(state, message) = error_of(std::string("SELECT enqueue('q', 't', ") + args + ")");
+    EXPECT_EQ(state, "BT003") << args << ": " << message;
+  }
+  EXPECT_GT(count("SELECT enqueue('q', 't', priority => -32768, max_attempts => 1000, "
+                  "timeout_ms => 2000000000, partition_key => repeat('k', 256), "
+                  "idempotency_key => repeat('k', 256))"),
+            0);
+  pqxx::nontransaction(*db_).exec("DELETE FROM jobs");
   {
     pqxx::nontransaction tx(*db_);
     tx.exec("UPDATE settings SET value = '64' WHERE key = 'max_payload_bytes'");
@@ -202,25 +214,72 @@ TEST_F(SqlApi, TheColumnsEnqueueFollowsSettingsChangesAndKeepsIdempotency) {
 }
 
 TEST_F(SqlApi, TheNameRuleIsTheSameInCppAndSql) {
-  for (const char* name : {"default", "a", "billing.v2", "tenant:42", "a-b_c", "9lives", "", "_x",
-                           "-x", "has space", "semi;colon", "quote'd", "caf\xc3\xa9",
+  // The SQL rule is a regular expression: the names after "caf\xc3\xa9" are aimed at its anchors,
+  // classes and escapes.
+  for (const char* name : {"default",
+                           "a",
+                           "billing.v2",
+                           "tenant:42",
+                           "a-b_c",
+                           "9lives",
+                           "",
+                           "_x",
+                           "-x",
+                           "has space",
+                           "semi;colon",
+                           "quote'd",
+                           "caf\xc3\xa9",
                            "0123456789012345678901234567890123456789012345678901234567890123",
-                           "01234567890123456789012345678901234567890123456789012345678901234"}) {
+                           "01234567890123456789012345678901234567890123456789012345678901234",
+                           "ends\n",
+                           "\nstarts",
+                           "new\nline",
+                           "tab\tbed",
+                           "[:alpha:]",
+                           "x[:alpha:]",
+                           "back\\slash",
+                           "dollar$",
+                           "x^y",
+                           "x]",
+                           "x.*",
+                           "UPPER",
+                           "Z9",
+                           "x.",
+                           "x:",
+                           "x-",
+                           "x_",
+                           ".x",
+                           ":x",
+                           "x/y",
+                           "\xef\xbc\xa1"}) {
     bool cpp_ok = true;
     try {
       baton::detail::validate_name("queue", name);
     } catch (const baton::EnqueueError&) {
       cpp_ok = false;
     }
-    pqxx::work tx(*db_);
-    bool sql_ok = true;
-    try {
-      tx.exec_params("SELECT check_name('queue', $1)", std::string(name));
-    } catch (const pqxx::sql_error&) {
-      sql_ok = false;
+    // check_name, and enqueue's own check of each of its two names.
+    for (const char* sql : {"SELECT check_name('queue', $1)", "SELECT enqueue($1, 'noop')",
+                            "SELECT enqueue('default', $1)"}) {
+      pqxx::work tx(*db_);
+      bool sql_ok = true;
+      try {
+        tx.exec_params(sql, std::string(name));
+      } catch (const pqxx::sql_error& e) {
+        EXPECT_STREQ(e.sqlstate().c_str(), "BT001") << sql << " '" << name << "': " << e.what();
+        sql_ok = false;
+      }
+      EXPECT_EQ(cpp_ok, sql_ok) << sql << " '" << name << "'";
     }
-    EXPECT_EQ(cpp_ok, sql_ok) << "'" << name << "'";
   }
+  // Both names bad: the queue's is the one reported.
+  auto [state, message] = error_of("SELECT enqueue('bad queue', 'bad type')");
+  EXPECT_EQ(state, "BT001");
+  EXPECT_NE(message.find("queue name 'bad queue'"), std::string::npos) << message;
+  std::tie(state, message) = error_of("SELECT enqueue('good', 'bad type')");
+  EXPECT_NE(message.find("type name 'bad type'"), std::string::npos) << message;
+  std::tie(state, message) = error_of("SELECT enqueue(NULL, 'noop')");
+  EXPECT_EQ(state, "BT001") << message;
 }
 
 TEST_F(SqlApi, AnIdempotencyKeyReturnsTheLiveJob) {
