@@ -26,6 +26,13 @@ const prometheus::Histogram::BucketBoundaries& time_buckets() {
   return b;
 }
 
+// A claim of one job took about 0.3 ms on a 2-core VM; one still out at the lease's end is cut.
+const prometheus::Histogram::BucketBoundaries& claim_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+  return b;
+}
+
 }  // namespace
 
 // Values that only make sense at scrape time: the age of this leader's lease, and the jobs the
@@ -240,6 +247,14 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
                              .Help("Job outcomes waiting to be written to the database.")
                              .Register(*registry_)
                              .Add({})),
+      claim_seconds_(BuildHistogram()
+                         .Name("baton_claim_seconds")
+                         .Help("Time each claim took from its send to its answer; result is "
+                               "jobs or empty. A claim that found jobs is on every job's way "
+                               "from the queue to a thread.")
+                         .Register(*registry_)),
+      claims_with_jobs_(claim_seconds_.Add({{"result", "jobs"}}, claim_buckets())),
+      claims_empty_(claim_seconds_.Add({{"result", "empty"}}, claim_buckets())),
       depth_(
           BuildGauge()
               .Name("baton_queue_depth")
@@ -316,6 +331,10 @@ void Metrics::claimed_waiting(int count) {
 
 void Metrics::completer_pending(std::size_t count) {
   completer_pending_.Set(static_cast<double>(count));
+}
+
+void Metrics::claim_took(double seconds, bool found_jobs) {
+  (found_jobs ? claims_with_jobs_ : claims_empty_).Observe(seconds);
 }
 
 Metrics::JobSeries& Metrics::series(std::string_view queue, std::string_view type) {

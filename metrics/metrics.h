@@ -56,6 +56,7 @@ class Metrics final : public detail::JobObserver,
   void pool_busy(int busy, int threads, int concurrency) override;
   void claimed_waiting(int count) override;
   void completer_pending(std::size_t count) override;
+  void claim_took(double seconds, bool found_jobs) override;
 
   // QueueObserver
   void queue_depths(const std::vector<detail::QueueDepth>& depths) override;
@@ -135,6 +136,9 @@ class Metrics final : public detail::JobObserver,
   prometheus::Gauge& pool_busy_;
   prometheus::Gauge& claimed_waiting_;
   prometheus::Gauge& completer_pending_;
+  prometheus::Family<prometheus::Histogram>& claim_seconds_;
+  prometheus::Histogram& claims_with_jobs_;
+  prometheus::Histogram& claims_empty_;
   prometheus::Family<prometheus::Gauge>& depth_;
   prometheus::Family<prometheus::Gauge>& oldest_;
   prometheus::Family<prometheus::Gauge>& dead_jobs_;

@@ -204,6 +204,8 @@ Poller::Round Poller::claim_round(Run& run) {
       run.claim_wanted = 0;
     }
     const auto end = std::chrono::steady_clock::now();
+    if (observer_ != nullptr)
+      observer_->claim_took(std::chrono::duration<double>(end - start).count(), !jobs.empty());
     if (run.claim_cap > 0 && static_cast<int>(jobs.size()) == want &&
         end - start < (run.claim_deadline - start) / 4) {
       // Full and well within its time: take more again.

@@ -59,6 +59,16 @@ TEST(Metrics, ScrapePassesPromtoolAndCountsEveryJob) {
   const double renewals = metric_sum(page, "baton_lease_renewal_seconds_count");
   EXPECT_GE(renewals, 1) << page;
   EXPECT_LT(metric_sum(page, "baton_lease_renewal_seconds_sum") / renewals, 0.395) << page;
+  // Every run came through a claim that found its job, and the leader claimed once more and
+  // found nothing before it slept. In seconds: a claim of a few jobs on an idle server answers
+  // well within 100 ms (in milliseconds, about 0.3 here, it would average above 0.1).
+  const double full_claims = metric_sum(page, "baton_claim_seconds_count{result=\"jobs\"}");
+  EXPECT_GE(full_claims, 1) << page;
+  EXPECT_LE(full_claims, 60) << page;
+  const double claim_sum = metric_sum(page, "baton_claim_seconds_sum{result=\"jobs\"}");
+  EXPECT_GT(claim_sum, 0) << page;
+  EXPECT_LT(claim_sum / full_claims, 0.1) << page;
+  EXPECT_GE(metric_sum(page, "baton_claim_seconds_count{result=\"empty\"}"), 1) << page;
   EXPECT_EQ(page.find("job=\""), std::string::npos) << "no job ids in labels";
   EXPECT_EQ(http_get(addr, "/healthz"), "ok\n");
   EXPECT_EQ(http_get(addr, "/readyz"), "ready\n");

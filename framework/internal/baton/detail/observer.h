@@ -37,6 +37,8 @@ class JobObserver : public virtual ErrorObserver {
   virtual void claimed_waiting(int count) = 0;
   // Outcomes waiting to be written by the completer.
   virtual void completer_pending(std::size_t count) = 0;
+  // A claim came back (with jobs, or with none) after `seconds`; a failed one is not reported.
+  virtual void claim_took(double seconds, bool found_jobs) = 0;
 };
 
 struct QueueDepth {
