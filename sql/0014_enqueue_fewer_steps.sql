@@ -58,9 +58,13 @@ BEGIN
     problem := _BATON_SCHEMA_.typed_problem(coalesce(payload, '{}'), priority, max_attempts, 0,
                                             timeout_ms, pkey, ikey,
                                             _BATON_SCHEMA_.max_payload_bytes());
-    PERFORM _BATON_SCHEMA_.raise_problem(problem);
+    -- NULL when the payload limit was raised between the two readings: the job is within it.
+    IF problem IS NOT NULL THEN
+      PERFORM _BATON_SCHEMA_.raise_problem(problem);
+    END IF;
   END IF;
-  -- Only a job without a partition key takes the constant shard count (0013).
+  -- Either INSERT computes the job's shard in VALUES (only a job without a partition key takes
+  -- the constant count, 0013) and tries the wake keys in RETURNING, once the row is in.
   IF ikey IS NULL THEN
     INSERT INTO _BATON_SCHEMA_.jobs AS j (queue, type, payload, priority, run_at, max_attempts,
                                           partition_key, partition, timeout_ms, shard)
