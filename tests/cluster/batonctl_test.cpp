@@ -147,7 +147,7 @@ TEST(Batonctl, EverySubcommandRefusesBadInputWithWhatToDo) {
   // migrate: a schema name that is not allowed.
   auto out = ctl("--schema 'Bad-Name' migrate");
   EXPECT_EQ(ctl.rc, 2);
-  EXPECT_NE(out.find("use 1..63 of a-z, 0-9 and _"), std::string::npos) << out;
+  EXPECT_NE(out.find("use 1..56 of a-z, 0-9 and _"), std::string::npos) << out;
   // leader --step-down with no node running.
   out = ctl("leader --step-down");
   EXPECT_EQ(ctl.rc, 1);

@@ -317,6 +317,42 @@ TEST_F(SqlApi, EnqueueManyOfTenThousandArrivesWholeAndWakesTheLeaderOnce) {
   EXPECT_EQ(wakeups.count, 2) << "one wake-up for the batch, one for the marker";
 }
 
+TEST_F(SqlApi, TheLongestSchemaNameStillReachesItsChannels) {
+  // pg_notify refuses a channel over 63 bytes: with a longer schema, every enqueue failed while a
+  // leader slept, and so did a step-down's notice on <schema>_leader.
+  EXPECT_THROW(baton::detail::validate_schema_name(std::string(57, 's')), baton::ConfigError);
+  std::string schema = unique_schema("longest");
+  schema.resize(56, 'z');
+  {
+    auto conn = baton::detail::connect({.url = database_url(), .schema = schema});
+    baton::detail::migrate(*conn, schema);
+  }
+  pqxx::connection listener(database_url());
+  struct Seen : pqxx::notification_receiver {
+    using pqxx::notification_receiver::notification_receiver;
+    void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
+    std::vector<std::string> payloads;
+  } jobs(listener, baton::detail::jobs_channel(schema)),
+      leader(listener, baton::detail::leader_channel(schema));
+  // As a sleeping leader does: hold the wake key of every queue, so enqueue notifies.
+  pqxx::nontransaction(listener).exec("SELECT pg_advisory_lock(hashtextextended(" +
+                                      listener.quote(schema + "_jobs/*") + ", 0))");
+  {
+    auto producer = connect(schema);
+    pqxx::nontransaction tx(*producer);
+    EXPECT_GT(tx.exec("SELECT " + schema + ".enqueue('q', 't')")[0][0].as<long long>(), 0);
+    tx.exec_params("SELECT pg_notify($1, 'step-down')", baton::detail::leader_channel(schema));
+  }
+  EXPECT_TRUE(wait_for(
+      [&] {
+        listener.get_notifs();
+        return jobs.payloads.size() == 1 && leader.payloads.size() == 1;
+      },
+      10s));
+  EXPECT_EQ(jobs.payloads, std::vector<std::string>{"q"});
+  pqxx::nontransaction(*db_).exec("DROP SCHEMA " + schema + " CASCADE");
+}
+
 TEST_F(SqlApi, ProducersNotifyOnlyWhileALeaderSleepsOnTheirQueue) {
   // A NOTIFY makes concurrent producers commit one at a time, so they send one only while a
   // leader holds the wake key of their queue (or of every queue) exclusively, as it does asleep.

@@ -2,6 +2,7 @@
 // needs, and the small helpers for identifiers and array parameters.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -70,6 +71,9 @@ std::string text_array(const std::vector<std::string>& values);
 // `sql` with every '@' replaced by the schema, validated and double-quoted: for statements that
 // name baton's schema explicitly (they may run on a caller's connection and search_path).
 std::string with_schema(std::string_view sql, std::string_view schema);
+
+// The longest schema name: its channels below must fit PostgreSQL's 63-byte identifiers.
+inline constexpr std::size_t kMaxSchemaName = 63 - 7;  // 7: "_leader"
 
 // The NOTIFY channels of a schema (the schema name is validated, so they are plain identifiers).
 inline std::string jobs_channel(std::string_view schema) {
