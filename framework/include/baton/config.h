@@ -29,7 +29,8 @@ struct NodeConfig {
   // goes through a transaction pooler (PgBouncer pool_mode=transaction), which breaks session
   // advisory locks, LISTEN and session settings. Empty: database_url.
   std::string election_database_url;
-  // Schema holding baton's tables: [a-z_][a-z0-9_]{0,62}.
+  // Schema holding baton's tables: [a-z_][a-z0-9_]{0,55} (its channels <schema>_jobs and
+  // <schema>_leader must fit PostgreSQL's 63-byte names).
   std::string schema = "baton";
   // A name for the deployment in metrics: every family carries deployment="<cluster>/<schema>"
   // (just "<schema>" when empty), so one Prometheus can watch several deployments.

@@ -55,7 +55,7 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& options,
 // the probe end at once on CallWatch::abort(abort_owner).
 std::string transaction_pooling(const ConnectOptions& options, std::uintptr_t abort_owner = 0);
 
-// Throws baton::ConfigError unless `name` is [a-z_][a-z0-9_]{0,62}.
+// Throws baton::ConfigError unless `name` is [a-z_][a-z0-9_]{0,55} (kMaxSchemaName).
 void validate_schema_name(std::string_view name);
 
 // Checks a queue, type or schedule name: 1..64 of [A-Za-z0-9_.:-], starting with a letter or
