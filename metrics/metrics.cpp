@@ -249,9 +249,9 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
                              .Add({})),
       claim_seconds_(BuildHistogram()
                          .Name("baton_claim_seconds")
-                         .Help("Time each claim took from its send to its answer; result is "
-                               "jobs or empty. A claim that found jobs is on every job's way "
-                               "from the queue to a thread.")
+                         .Help("Time each claim took, from just before its send to its rows "
+                               "read; result is jobs or empty. A claim that found jobs is on "
+                               "every job's way from the queue to a thread.")
                          .Register(*registry_)),
       claims_with_jobs_(claim_seconds_.Add({{"result", "jobs"}}, claim_buckets())),
       claims_empty_(claim_seconds_.Add({{"result", "empty"}}, claim_buckets())),

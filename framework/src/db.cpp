@@ -106,15 +106,15 @@ struct WaitForAttemptsAtExit {
 }  // namespace
 
 void validate_schema_name(std::string_view name) {
-  // 56: the notification channels "<schema>_jobs" and "<schema>_leader" must fit PostgreSQL's
-  // 63-byte names (pg_notify refuses a longer channel, so enqueue would fail while a leader
-  // sleeps).
+  // kMaxSchemaName (db.h): pg_notify refuses a longer channel, so enqueue would fail while a
+  // leader sleeps.
   bool ok = !name.empty() && name.size() <= kMaxSchemaName && !(name[0] >= '0' && name[0] <= '9');
   for (char c : name)
     ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
   if (!ok) {
-    throw ConfigError("schema: '" + std::string(name) +
-                      "' is not allowed; use 1..56 of a-z, 0-9 and _, not starting with a digit");
+    throw ConfigError("schema: '" + std::string(name) + "' is not allowed; use 1.." +
+                      std::to_string(kMaxSchemaName) +
+                      " of a-z, 0-9 and _, not starting with a digit");
   }
 }
 
