@@ -255,6 +255,17 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
                          .Register(*registry_)),
       claims_with_jobs_(claim_seconds_.Add({{"result", "jobs"}}, claim_buckets())),
       claims_empty_(claim_seconds_.Add({{"result", "empty"}}, claim_buckets())),
+      claims_cut_(BuildCounter()
+                      .Name("baton_claims_cut_total")
+                      .Help("Claims that ended without an answer while this node led: "
+                            "row_locked (waited out the lock timeout on a row another "
+                            "transaction holds; held rows are then skipped for a minute), "
+                            "lease_end or statement_timeout (still running then; later claims "
+                            "take fewer jobs). Their jobs stay in the queue.")
+                      .Register(*registry_)),
+      cut_row_locked_(claims_cut_.Add({{"reason", "row_locked"}})),
+      cut_lease_end_(claims_cut_.Add({{"reason", "lease_end"}})),
+      cut_statement_timeout_(claims_cut_.Add({{"reason", "statement_timeout"}})),
       depth_(
           BuildGauge()
               .Name("baton_queue_depth")
@@ -335,6 +346,20 @@ void Metrics::completer_pending(std::size_t count) {
 
 void Metrics::claim_took(double seconds, bool found_jobs) {
   (found_jobs ? claims_with_jobs_ : claims_empty_).Observe(seconds);
+}
+
+void Metrics::claim_cut(detail::ClaimCut reason) {
+  switch (reason) {
+    case detail::ClaimCut::row_locked:
+      cut_row_locked_.Increment();
+      break;
+    case detail::ClaimCut::lease_end:
+      cut_lease_end_.Increment();
+      break;
+    case detail::ClaimCut::statement_timeout:
+      cut_statement_timeout_.Increment();
+      break;
+  }
 }
 
 Metrics::JobSeries& Metrics::series(std::string_view queue, std::string_view type) {

@@ -57,6 +57,7 @@ class Metrics final : public detail::JobObserver,
   void claimed_waiting(int count) override;
   void completer_pending(std::size_t count) override;
   void claim_took(double seconds, bool found_jobs) override;
+  void claim_cut(detail::ClaimCut reason) override;
 
   // QueueObserver
   void queue_depths(const std::vector<detail::QueueDepth>& depths) override;
@@ -139,6 +140,10 @@ class Metrics final : public detail::JobObserver,
   prometheus::Family<prometheus::Histogram>& claim_seconds_;
   prometheus::Histogram& claims_with_jobs_;
   prometheus::Histogram& claims_empty_;
+  prometheus::Family<prometheus::Counter>& claims_cut_;
+  prometheus::Counter& cut_row_locked_;
+  prometheus::Counter& cut_lease_end_;
+  prometheus::Counter& cut_statement_timeout_;
   prometheus::Family<prometheus::Gauge>& depth_;
   prometheus::Family<prometheus::Gauge>& oldest_;
   prometheus::Family<prometheus::Gauge>& dead_jobs_;

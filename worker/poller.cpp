@@ -359,6 +359,10 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
   // renewed meanwhile), says nothing about its size.
   if (run.stopping.load() || !lease_.valid(run.epoch)) return;
   if (!statement_timeout && now < run.claim_deadline) return;
+  if (observer_ != nullptr) {
+    observer_->claim_cut(statement_timeout ? detail::ClaimCut::statement_timeout
+                                           : detail::ClaimCut::lease_end);
+  }
   if (wanted > 1) {
     run.claim_cap = wanted / 2;
     // A stall cuts a few claims in a row: one warning a minute, the rest at debug level.
@@ -459,6 +463,7 @@ void Poller::loop(Run& run) {
     } catch (const std::exception& e) {
       const int claim_wanted = std::exchange(run.claim_wanted, 0);
       if (lock_timed_out(e)) {
+        if (observer_ != nullptr) observer_->claim_cut(detail::ClaimCut::row_locked);
         if (std::chrono::steady_clock::now() >= run.skip_locked_until) {
           spdlog::warn(
               "poller: a claim waited {}ms for a job row another transaction holds; claims skip "

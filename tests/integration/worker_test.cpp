@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -693,6 +694,7 @@ TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
   std::map<std::int64_t, int> runs;
   auto config = test_config(schema_, "solo");
   config.lock_ttl = std::chrono::seconds(2);
+  config.metrics_listen = "127.0.0.1:0";
   RunningNode n(config, [&](Node& node) {
     node.handle("slow", [&](JobContext& ctx) {
       std::lock_guard lock(m);
@@ -707,10 +709,54 @@ TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
       << count("SELECT count(*) FROM job_history") << " of 4 jobs finished; "
       << count("SELECT count(*) FROM jobs WHERE state = 'available'") << " never claimed";
   EXPECT_EQ(count("SELECT epoch FROM locks"), epoch) << "the leader changed";
+  // The operator sees the cuts counted by their reason.
+  const auto page = scrape(n.node().metrics_address());
+  EXPECT_GE(metric_sum(page, "baton_claims_cut_total{reason=\"lease_end\"}"), 1) << page;
+  EXPECT_EQ(metric_sum(page, "baton_claims_cut_total{reason=\"row_locked\"}"), 0) << page;
   std::lock_guard lock(m);
   EXPECT_EQ(runs.size(), 4u);
   for (const auto& [id, times] : runs)
     EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+}
+
+TEST_F(Worker, AClaimThatWaitsOutAHeldRowIsCountedAndTheOtherJobsRun) {
+  // An operator's SELECT ... FOR UPDATE holds one queued job: the claim waits the lock timeout
+  // for it and gives up (counted, for the operator to see), later claims skip held rows, and
+  // the held job runs once the operator's transaction ends.
+  Client(database_url(), schema_).enqueue_copies("noop", {}, 3);
+  auto operator_conn = baton::detail::connect({.url = database_url(), .schema = schema_});
+  pqxx::work held(*operator_conn);
+  const auto held_id =
+      held.exec("SELECT id FROM jobs WHERE id = (SELECT min(id) FROM jobs) FOR UPDATE")[0][0]
+          .as<std::int64_t>();
+  std::mutex m;
+  std::vector<std::int64_t> ran;
+  auto config = test_config(schema_, "solo");
+  config.metrics_listen = "127.0.0.1:0";
+  RunningNode n(config, [&](Node& node) {
+    node.handle("noop", [&](JobContext& ctx) {
+      std::lock_guard lock(m);
+      ran.push_back(ctx.job().id);
+    });
+  });
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 2, 20s));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return metric_sum(scrape(n.node().metrics_address()),
+                          "baton_claims_cut_total{reason=\"row_locked\"}") >= 1;
+      },
+      10s))
+      << scrape(n.node().metrics_address());
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(std::count(ran.begin(), ran.end(), held_id), 0) << "the held job ran";
+  }
+  held.abort();
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 3, 90s))
+      << "the held job did not run once its row was let go";
+  std::lock_guard lock(m);
+  EXPECT_EQ(ran.size(), 3u);
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), held_id), 1);
 }
 
 TEST_F(Worker, AHungJobIsRescuedAfterItsTimeoutAndDiesWhenOutOfAttempts) {

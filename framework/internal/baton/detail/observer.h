@@ -13,6 +13,11 @@ namespace baton::detail {
 
 enum class Outcome { completed, retried, dead };
 
+// Why a claim ended without an answer while its node led: it waited out the lock timeout on a
+// row another transaction holds, or it was still running when the lease ended, or when the
+// session's statement timeout ran out.
+enum class ClaimCut { row_locked, lease_end, statement_timeout };
+
 class ErrorObserver {
  public:
   virtual ~ErrorObserver() = default;
@@ -39,6 +44,8 @@ class JobObserver : public virtual ErrorObserver {
   virtual void completer_pending(std::size_t count) = 0;
   // A claim came back (with jobs, or with none) after `seconds`; a failed one is not reported.
   virtual void claim_took(double seconds, bool found_jobs) = 0;
+  // A claim ended without an answer (see ClaimCut); its jobs stay in the queue.
+  virtual void claim_cut(ClaimCut reason) = 0;
 };
 
 struct QueueDepth {
