@@ -1,7 +1,8 @@
 // bench/cpu_wake: how long a thread blocked on a condition variable takes to run once it is
 // signalled, after 2 ms with nothing to do, by where it runs. This is the machine's share of an
-// idle job's latency: the path from an enqueue to its handler hands the job on four times
-// (producer's backend, poller, claim backend, pool thread), and each hand-over is such a wake-up.
+// idle job's latency: the path from an enqueue to its handler is five such wake-ups (the
+// producer's backend signals the claim session's backend, which wakes the poller, which wakes
+// that backend with the claim, whose answer wakes the poller, which wakes a pool thread).
 //   bench/cpu_wake [--rounds 2000]
 // Three placements, each thread pinned to one CPU (needs 2 CPUs):
 //   same CPU        the signaller blocks right after signalling, leaving its CPU to the thread
@@ -99,9 +100,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--rounds" && i + 1 < argc) {
-      rounds = std::atoi(argv[++i]);
-      if (rounds < 10) {
-        std::fprintf(stderr, "bench/cpu_wake: --rounds takes a whole number of at least 10\n");
+      char* end = nullptr;
+      const long value = std::strtol(argv[++i], &end, 10);
+      rounds = *end == '\0' && value >= 10 && value <= 1'000'000 ? static_cast<int>(value) : 0;
+      if (rounds == 0) {
+        std::fprintf(stderr, "bench/cpu_wake: --rounds takes a whole number from 10 to 1000000\n");
         return 2;
       }
     } else {

@@ -463,7 +463,11 @@ void Poller::loop(Run& run) {
     } catch (const std::exception& e) {
       const int claim_wanted = std::exchange(run.claim_wanted, 0);
       if (lock_timed_out(e)) {
-        if (observer_ != nullptr) observer_->claim_cut(detail::ClaimCut::row_locked);
+        // A claim's (not the look for an unanswered claim's), while this node leads.
+        if (observer_ != nullptr && claim_wanted > 0 && !run.stopping.load() &&
+            lease_.valid(run.epoch)) {
+          observer_->claim_cut(detail::ClaimCut::row_locked);
+        }
         if (std::chrono::steady_clock::now() >= run.skip_locked_until) {
           spdlog::warn(
               "poller: a claim waited {}ms for a job row another transaction holds; claims skip "
