@@ -91,7 +91,7 @@ TEST(Election, AFrozenLeaderIsReplacedAndNeverCommitsTwice) {
 
   const auto stopped_at = std::chrono::steady_clock::now();
   cluster.process(frozen).signal(SIGSTOP);
-  const auto next = cluster.wait_leader(20s, frozen);
+  const auto next = cluster.wait_leader(20s, frozen, Cluster::Held::granted);
   ASSERT_NE(next, "") << "no node replaced the frozen leader\n" << cluster.logs();
   std::printf(
       "[ info ] SIGSTOP to new leader: %.0f ms\n",

@@ -95,7 +95,7 @@ TEST(Failover, SigtermOfTheLeaderHandsOverAndExitsZero) {
   ASSERT_TRUE(wait_for([&] { return read_runs(log).size() == 4; }, 20s)) << cluster.logs();
   const auto t0 = std::chrono::steady_clock::now();
   cluster.process(first).signal(SIGTERM);
-  const auto second = cluster.wait_leader(20s, first);
+  const auto second = cluster.wait_leader(20s, first, Cluster::Held::granted);
   const auto handoff = std::chrono::steady_clock::now() - t0;
   ASSERT_NE(second, "") << cluster.logs();
   EXPECT_EQ(cluster.process(first).wait(15s), 0) << cluster.logs();

@@ -102,15 +102,25 @@ std::string Cluster::console_addr(const std::string& node_id, std::chrono::milli
   return address;
 }
 
-std::string Cluster::wait_leader(std::chrono::milliseconds timeout, const std::string& not_this) {
+std::string Cluster::wait_leader(std::chrono::milliseconds timeout, const std::string& not_this,
+                                 Held held) {
+  // The newest valid lease, and whether it has been renewed for kSettled since its grant
+  // (created_date is the grant's transaction time, renewed_at its last renewal's).
   std::string found;
+  bool settled = false;
   wait_for(
       [&] {
-        found = leader();
-        return !found.empty() && found != not_this;
+        pqxx::nontransaction tx(*db_);
+        const auto r = tx.exec_params(
+            "SELECT client_id, renewed_at >= created_date + $1::bigint * interval '1 millisecond' "
+            "FROM locks WHERE expires_at > clock_timestamp() ORDER BY epoch DESC LIMIT 1",
+            static_cast<long long>(kSettled.count()));
+        found = r.empty() ? "" : r[0][0].c_str();
+        settled = !r.empty() && (held == Held::granted || r[0][1].as<bool>());
+        return !found.empty() && found != not_this && settled;
       },
       timeout, 5ms);
-  return found != not_this ? found : "";
+  return !found.empty() && found != not_this && settled ? found : "";
 }
 
 std::string Cluster::logs() const {
