@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every script a user runs answers --help with its usage (the comment at its top, exit 0) and
+# refuses an option it does not know with exit 2 and a message naming it, before it installs,
+# builds or starts anything (ctest's timeout would catch a script that started a build).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+scripts=(scripts/demo scripts/fuzz scripts/lint scripts/package scripts/pg scripts/setup
+  scripts/test bench/run bench/peers/run bench/latency_path bench/cpu_split bench/enqueue_cost)
+failed=0
+fail() { echo "FAIL $1: $2"; failed=1; }
+for s in "${scripts[@]}"; do
+  [ -x "$root/$s" ] || { fail "$s" "missing or not executable"; continue; }
+  # The usage's first line is the first line of the script's header comment.
+  first=$(sed -n '2s/^# \{0,1\}//p' "$root/$s")
+  out=$("$root/$s" --help 2>&1)
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "$s" "--help exited $rc: $out"
+  [ "$(printf '%s\n' "$out" | head -n 1)" = "$first" ] || fail "$s" "--help printed: $out"
+  out=$("$root/$s" --no-such-option 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "$s" "--no-such-option exited $rc: $out"
+  case "$out" in
+    *"--no-such-option"*) ;;
+    *) fail "$s" "--no-such-option was not named: $out" ;;
+  esac
+done
+[ "$failed" -eq 0 ] && echo "every script answers --help and refuses an unknown option"
+exit "$failed"
