@@ -150,9 +150,14 @@ bool Consumer::drain(Millis grace) {
     // Only the stop is under the mutex: the waits below must not hold up a revoke (or a grant)
     // of a shard that this drain does not wait for.
     std::lock_guard lock(mutex_);
+    // Every lane stops claiming first, and the claims in flight share one deadline: waiting for
+    // one lane's claim must not leave the others claiming (with N shards, N claims' time).
+    for (auto& lane : lanes_)
+      lane.poller->stop_claiming();
+    const auto claims_by = std::chrono::steady_clock::now() + kClaimGrace;
     for (auto& lane : lanes_) {
       // A claim that comes back is submitted, and released, before the wait.
-      lane.poller->finish(kClaimGrace);
+      lane.poller->finish(claims_by);
       lane.poller->join();
       if (lane.epoch != 0) epochs.push_back(lane.epoch);
       lane.drained = true;

@@ -110,20 +110,28 @@ void Poller::start(std::int64_t epoch) {
   });
 }
 
-void Poller::finish(Millis grace) {
+void Poller::stop_claiming() {
   if (!run_) return;
   run_->stopping.store(true);
   wake();
+}
+
+void Poller::finish(std::chrono::steady_clock::time_point deadline) {
+  if (!run_) return;
+  const auto asked = std::chrono::steady_clock::now();
+  stop_claiming();
   bool ended = false;
   {
     std::unique_lock lock(run_->ended_mutex);
-    ended = run_->ended_cv.wait_for(lock, grace, [&] { return run_->ended; });
+    ended = run_->ended_cv.wait_until(lock, deadline, [&] { return run_->ended; });
   }
   if (!ended) {
     spdlog::warn(
         "poller: still in a database call {}ms into the hand-over, cut now; if that call was "
         "a claim that committed, its jobs wait for the next leader's rescue",
-        grace.count());
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                              asked)
+            .count());
   }
   stop();
 }
@@ -185,7 +193,7 @@ Poller::Round Poller::claim_round(Run& run) {
   auto claim = [&](const std::string& kind, int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except, int cluster_limit = 0) {
     if (run.claim_cap > 0) want = std::min(want, run.claim_cap);
-    if (want <= 0 || !lease_.valid(epoch)) return;
+    if (want <= 0 || run.stopping.load() || !lease_.valid(epoch)) return;
     auto& cursor = run.cursors[kind];
     const auto start = std::chrono::steady_clock::now();
     auto after = cursor.next(start);

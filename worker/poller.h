@@ -75,11 +75,16 @@ class Poller {
   // No claim starts any more, and a claim in flight is cut: returns at once, never waiting for
   // the network. Idempotent.
   void stop();
-  // For a graceful hand-over: no claim starts any more, and a claim in flight may come back for
-  // up to `grace` (its jobs go to the executor) before it is cut as by stop(). A claim commits
-  // on its own, so a cut one may have committed unanswered: its jobs would wait for the next
-  // leader's rescue, an attempt counted. Then join().
-  void finish(Millis grace);
+  // For a graceful hand-over: no claim starts any more; returns at once. A claim in flight may
+  // still come back, until finish(). A node that drains several shards tells every lane first,
+  // so that no lane claims again while it waits for another's claim.
+  void stop_claiming();
+  // stop_claiming(), and a claim in flight may come back until `deadline` (its jobs go to the
+  // executor) before it is cut as by stop(). A claim commits on its own, so a cut one may have
+  // committed unanswered: its jobs would wait for the next leader's rescue, an attempt counted.
+  // Then join().
+  void finish(std::chrono::steady_clock::time_point deadline);
+  void finish(Millis grace) { finish(std::chrono::steady_clock::now() + grace); }
   // Waits for the claiming thread to end (after stop()).
   void join();
   void wake();
