@@ -9,6 +9,7 @@
 
 #include "baton/detail/backoff.h"
 #include "baton/detail/call_watch.h"
+#include "baton/detail/clock.h"
 #include "baton/detail/text.h"
 
 namespace baton::worker {
@@ -112,13 +113,14 @@ void Poller::start(std::int64_t epoch) {
 
 void Poller::stop_claiming() {
   if (!run_) return;
+  std::int64_t none = 0;
+  run_->stop_asked_ns.compare_exchange_strong(none, detail::steady_now_ns());
   run_->stopping.store(true);
   wake();
 }
 
 void Poller::finish(std::chrono::steady_clock::time_point deadline) {
   if (!run_) return;
-  const auto asked = std::chrono::steady_clock::now();
   stop_claiming();
   bool ended = false;
   {
@@ -129,9 +131,7 @@ void Poller::finish(std::chrono::steady_clock::time_point deadline) {
     spdlog::warn(
         "poller: still in a database call {}ms into the hand-over, cut now; if that call was "
         "a claim that committed, its jobs wait for the next leader's rescue",
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                              asked)
-            .count());
+        (detail::steady_now_ns() - run_->stop_asked_ns.load()) / 1'000'000);
   }
   stop();
 }

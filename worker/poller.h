@@ -105,6 +105,8 @@ class Poller {
     std::int64_t epoch = 0;
     std::atomic<bool> aborted{false};  // its calls are being cut (until join)
     std::atomic<bool> stopping{false};
+    // When stop_claiming() was first called (steady clock, ns; 0: not yet), for finish()'s log.
+    std::atomic<std::int64_t> stop_asked_ns{0};
     // Set as the claiming thread ends (under ended_mutex), for finish().
     std::mutex ended_mutex;
     std::condition_variable ended_cv;

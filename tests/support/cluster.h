@@ -47,7 +47,8 @@ class Cluster {
   };
   static constexpr std::chrono::milliseconds kSettled{300};
   // Waits for a leader (other than `not_this`) whose lease has been held as `held` asks, and
-  // returns it; "" on timeout.
+  // returns it; "" on timeout. For clusters without shards: it reads the newest lock row, and
+  // with shards each shard has its own.
   std::string wait_leader(std::chrono::milliseconds timeout, const std::string& not_this = "",
                           Held held = Held::renewed);
 
