@@ -24,5 +24,20 @@ for s in "${scripts[@]}"; do
     *) fail "$s" "--no-such-option was not named: $out" ;;
   esac
 done
+# An unknown option after a valid one is refused too (scripts/setup once read only its first
+# argument, and 'scripts/setup --package --bogus' installed packages).
+valid_first=("scripts/demo --short" "scripts/fuzz 5" "scripts/package --install-check"
+  "scripts/setup --package" "scripts/test --asan" "bench/run --quick" "bench/peers/run --rounds 1"
+  "bench/latency_path --samples 4000" "bench/cpu_split --jobs 1000" "bench/enqueue_cost --rounds 1")
+for entry in "${valid_first[@]}"; do
+  read -r s first_arg <<<"$entry"
+  out=$("$root/$s" $first_arg --no-such-option 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "$s" "$first_arg --no-such-option exited $rc: $out"
+  case "$out" in
+    *"--no-such-option"*) ;;
+    *) fail "$s" "$first_arg --no-such-option: the option was not named: $out" ;;
+  esac
+done
 [ "$failed" -eq 0 ] && echo "every script answers --help and refuses an unknown option"
 exit "$failed"

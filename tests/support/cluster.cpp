@@ -70,10 +70,19 @@ std::vector<std::string> Cluster::node_ids() const {
   return ids;
 }
 
+std::pair<std::string, bool> Cluster::newest_lease() {
+  // created_date is the grant's transaction time, renewed_at its last renewal's.
+  pqxx::nontransaction tx(*db_);
+  const auto r = tx.exec_params(
+      "SELECT client_id, renewed_at >= created_date + $1::bigint * interval '1 millisecond' "
+      "FROM locks WHERE expires_at > clock_timestamp() ORDER BY epoch DESC LIMIT 1",
+      static_cast<long long>(kSettled.count()));
+  if (r.empty()) return {"", false};
+  return {r[0][0].c_str(), r[0][1].as<bool>()};
+}
+
 std::string Cluster::leader() {
-  return query_value(*db_,
-                     "SELECT client_id FROM locks WHERE expires_at > clock_timestamp() "
-                     "ORDER BY epoch DESC LIMIT 1");
+  return newest_lease().first;
 }
 
 long long Cluster::epoch() {
@@ -104,23 +113,13 @@ std::string Cluster::console_addr(const std::string& node_id, std::chrono::milli
 
 std::string Cluster::wait_leader(std::chrono::milliseconds timeout, const std::string& not_this,
                                  Held held) {
-  // The newest valid lease, and whether it has been renewed for kSettled since its grant
-  // (created_date is the grant's transaction time, renewed_at its last renewal's).
   std::string found;
-  bool settled = false;
-  wait_for(
-      [&] {
-        pqxx::nontransaction tx(*db_);
-        const auto r = tx.exec_params(
-            "SELECT client_id, renewed_at >= created_date + $1::bigint * interval '1 millisecond' "
-            "FROM locks WHERE expires_at > clock_timestamp() ORDER BY epoch DESC LIMIT 1",
-            static_cast<long long>(kSettled.count()));
-        found = r.empty() ? "" : r[0][0].c_str();
-        settled = !r.empty() && (held == Held::granted || r[0][1].as<bool>());
-        return !found.empty() && found != not_this && settled;
-      },
-      timeout, 5ms);
-  return !found.empty() && found != not_this && settled ? found : "";
+  auto ready = [&] {
+    const auto [node, renewed] = newest_lease();
+    found = node;
+    return !found.empty() && found != not_this && (held == Held::granted || renewed);
+  };
+  return wait_for(ready, timeout, 5ms) ? found : "";
 }
 
 std::string Cluster::logs() const {

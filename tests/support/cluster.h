@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/support.h"
@@ -62,6 +63,10 @@ class Cluster {
   const std::string& schema() const { return schema_; }
 
  private:
+  // The newest valid lease's node ("" when none), and whether it has been renewed for kSettled
+  // since its grant.
+  std::pair<std::string, bool> newest_lease();
+
   std::string schema_;
   std::string url_;
   std::string admin_url_;
