@@ -495,6 +495,8 @@ void Poller::loop(Run& run) {
       run.session = {};
       run.receiver.reset();
       run.conn.reset();
+      // The session's advisory locks ended with it: the keys are taken again before sleeping.
+      run.wake_keys_held = false;
       if (run.stopping.load()) break;  // cut at the end of leadership: nothing to report
       if (observer_ != nullptr) observer_->database_error("poller");
       if (!reported) {

@@ -213,6 +213,42 @@ TEST_F(Worker, AJobQueuedWhileAnotherRunsStartsWithoutWaitingForThePoll) {
   }
 }
 
+TEST_F(Worker, ASleepingLeaderWhoseClaimSessionWasCutStillWakesForAnEnqueue) {
+  // Asleep, the poller holds the wake keys on its claim session, and the keys end with that
+  // session. Once it has reconnected it must take them again before it sleeps: without them,
+  // producers find the keys free and do not notify, and a job waits for the poll interval (a
+  // minute here).
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  // The sessions of this node that hold an advisory lock, but for the election's: the poller's.
+  const std::string key_holder =
+      "SELECT coalesce(min(l.pid), 0) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+      "WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted "
+      "AND a.application_name = '" +
+      baton::detail::node_application_name("solo", schema_) +
+      "' AND l.pid IS DISTINCT FROM (SELECT holder_pid FROM locks)";
+  Client client(database_url(), schema_);
+  for (int round = 0; round < 3; ++round) {
+    std::int64_t pid = 0;
+    ASSERT_TRUE(wait_for([&] { return (pid = count(key_holder)) != 0; }, 20s))
+        << "round " << round << ": the poller does not sleep holding the wake keys";
+    count("SELECT count(*) FROM pg_stat_activity WHERE pg_terminate_backend(" +
+          std::to_string(pid) + ")");
+    ASSERT_TRUE(wait_for(
+        [&] {
+          const auto now = count(key_holder);
+          return now != 0 && now != pid;
+        },
+        10s))
+        << "round " << round << ": reconnected, the poller sleeps without the wake keys";
+    const auto id = client.enqueue("noop", {{"round", round}});
+    EXPECT_TRUE(
+        wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 5s))
+        << "round " << round << ": the job waited for the poll interval";
+  }
+}
+
 TEST_F(Worker, AJobThatSortsFirstOvertakesABacklogThatIsDraining) {
   // While claims come back full, the next one starts after the last job claimed; the claims that
   // still start from the beginning must find a job queued meanwhile with a higher priority, long
