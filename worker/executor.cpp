@@ -233,7 +233,7 @@ void Executor::submit(detail::ClaimedJob job) {
   submit(std::move(jobs));
 }
 
-void Executor::submit(std::vector<detail::ClaimedJob> jobs) {
+void Executor::submit(std::vector<detail::ClaimedJob> jobs, Kept* keep) {
   if (jobs.empty()) return;
   const int n = static_cast<int>(jobs.size());
   const int busy = busy_.fetch_add(n) + n;
@@ -257,14 +257,38 @@ void Executor::submit(std::vector<detail::ClaimedJob> jobs) {
     }
   }
   if (observer_ != nullptr) observer_->pool_busy(busy, config_.threads, limit());
+  // Kept for the caller as a runner's place: it counts against the limit as a runner would.
+  if (keep != nullptr) {
+    const auto* entry = handlers_.find(runs.front()->claimed.job.type);
+    if (entry == nullptr || entry->transactional) keep = nullptr;
+  }
   int spawn = 0;
   {
     std::lock_guard lock(ready_mutex_);
+    if (keep != nullptr && runners_ < limit()) {
+      keep->run_ = std::move(runs.front());
+      ++runners_;
+      ++starts_;
+    }
     for (auto& run : runs) {
+      if (!run) continue;
       const auto epoch = run->claimed.job.epoch;
       ready_[epoch].push_back(std::move(run));
     }
-    queued_ += n;
+    queued_ += keep != nullptr && *keep ? n - 1 : n;
+    spawn = spawn_locked();
+  }
+  post_runners(spawn);
+}
+
+void Executor::run_kept(Kept kept) {
+  if (!kept) return;
+  start(kept.run_);
+  kept.run_.reset();
+  int spawn = 0;
+  {
+    std::lock_guard lock(ready_mutex_);
+    --runners_;
     spawn = spawn_locked();
   }
   post_runners(spawn);

@@ -17,6 +17,9 @@
 // the completer instead; those of an epoch no longer accepted are released at once, without waiting
 // for a runner.
 //
+// A job the poller keeps (submit() with `keep`) runs on the poller's claiming thread instead of a
+// runner, in a runner's place: an idle job then starts without a pool thread being woken.
+//
 // Cancellation is per epoch and per job: when an epoch ends, every run of that epoch sees
 // cancelled() (and a later epoch of the same node never clears it); a job cancelled by a producer
 // sees it too, and its outcome is recorded as cancelled.
@@ -59,6 +62,8 @@ struct ExecutorConfig {
 };
 
 class Executor {
+  struct Run;  // one submitted job (below)
+
  public:
   // `lease_valid(epoch)` is the elector's lease check, asked as each job starts.
   Executor(ExecutorConfig config, const detail::HandlerRegistry& handlers, Completer& completer,
@@ -99,10 +104,24 @@ class Executor {
   // now (the shards this node leads).
   int in_flight(std::int64_t epoch) const;
   int accepted_epochs() const;
+  // A job submitted to start on the thread that submitted it (run_kept()).
+  class Kept {
+   public:
+    explicit operator bool() const { return run_ != nullptr; }
+
+   private:
+    friend class Executor;
+    std::shared_ptr<Run> run_;
+  };
   // Queues the jobs (a claim's, in claim order) to start on the pool. The caller made sure
-  // there is room for them.
-  void submit(std::vector<detail::ClaimedJob> jobs);
+  // there is room for them. With `keep`, the first job is kept for the caller's thread instead,
+  // when a place among the runners is free and its handler is not transactional (a pool thread
+  // keeps the connection such a handler needs): the caller must then call run_kept() with it.
+  void submit(std::vector<detail::ClaimedJob> jobs, Kept* keep = nullptr);
   void submit(detail::ClaimedJob job);
+  // Starts a kept job on this thread (or releases it, as a runner would), and returns when its
+  // run ended.
+  void run_kept(Kept kept);
   // Waits until no handler runs, or the timeout passes. True when idle.
   bool wait_idle(Millis timeout);
   // The same for the jobs of one epoch (submitted ones included).

@@ -1,8 +1,14 @@
 // Poller: leader-gated claiming (see poller.h).
 #include "worker/poller.h"
 
+#include <poll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <system_error>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -44,6 +50,9 @@ bool statement_timed_out(const std::exception& e) {
   const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
   return sql != nullptr && sql->sqlstate() == "57014";
 }
+
+// How long a thread runs a job it kept before the other takes the turn to claim.
+constexpr auto kKeptJobTurn = std::chrono::milliseconds(1);
 
 }  // namespace
 
@@ -88,6 +97,7 @@ Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* obs
 Poller::~Poller() {
   stop();
   join();
+  reap(true);
 }
 
 void Poller::start(std::int64_t epoch) {
@@ -101,14 +111,116 @@ void Poller::start(std::int64_t epoch) {
     run_->claim_cap = carried_claim_cap_;
   }
   carried_gaps_.clear();
-  thread_ = std::thread([this, run = run_] {
-    loop(*run);
+  run_->busy_poll = detail::Backoff(Millis(1), std::min(config_.poll_interval, Millis(50)));
+  reap(false);
+  for (int i = 0; i < 2; ++i) {
+    Thread t;
+    t.thread = std::thread([this, run = run_, in_job = t.in_job, done = t.done] {
+      take_turns(*run, *in_job);
+      done->store(true);
+    });
+    threads_.push_back(std::move(t));
+  }
+}
+
+Poller::Run::Run() : look(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)) {
+  if (look < 0) throw std::system_error(errno, std::generic_category(), "poller: timerfd_create");
+}
+
+Poller::Run::~Run() {
+  close(look);
+}
+
+void Poller::look_after(Run& run, std::chrono::nanoseconds after) {
+  const auto ns = std::max<std::int64_t>(after.count(), 1);  // 0 would disarm it
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  when.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  timerfd_settime(run.look, 0, &when, nullptr);
+}
+
+void Poller::take_turns(Run& run, std::atomic<bool>& in_job) {
+  for (;;) {
     {
-      std::lock_guard lock(run->ended_mutex);
-      run->ended = true;
+      std::unique_lock lock(run.turn_mutex);
+      ++run.waiting_for_turn;
+      for (;;) {
+        if (run.over) {
+          --run.waiting_for_turn;
+          return;
+        }
+        if (!run.turn_taken) {
+          run.turn_taken = true;
+          break;
+        }
+        // The thread with the turn has run a kept job for long enough, or claiming stops: the
+        // turn is this thread's now (the other finds that when its job ends).
+        if (run.in_kept_job && (run.stopping.load() || std::chrono::steady_clock::now() >=
+                                                           run.kept_since + kKeptJobTurn)) {
+          run.in_kept_job = false;
+          break;
+        }
+        lock.unlock();
+        pollfd fd{run.look, POLLIN, 0};
+        ::poll(&fd, 1, -1);
+        std::uint64_t fired = 0;
+        [[maybe_unused]] const auto n = ::read(run.look, &fired, sizeof fired);
+        lock.lock();
+      }
+      --run.waiting_for_turn;
     }
-    run->ended_cv.notify_all();
-  });
+    if (loop(run, in_job)) continue;  // the turn was taken over while this thread ran a job
+    {
+      std::lock_guard lock(run.turn_mutex);
+      run.over = true;
+    }
+    look_after(run, std::chrono::nanoseconds(0));
+    {
+      std::lock_guard lock(run.ended_mutex);
+      run.ended = true;
+    }
+    run.ended_cv.notify_all();
+    // A job kept as the claiming stopped starts (or is released) as a runner's would.
+    executor_.run_kept(std::exchange(run.kept, {}));
+    return;
+  }
+}
+
+bool Poller::run_kept_here(Run& run, std::atomic<bool>& in_job) {
+  // Taken out before the turn can be taken over: the Run is the other thread's from then on.
+  auto kept = std::exchange(run.kept, {});
+  {
+    std::lock_guard lock(run.turn_mutex);
+    // Before the turn can be taken over: join() then finds this thread in its job.
+    in_job.store(true);
+    run.in_kept_job = true;
+    run.kept_since = std::chrono::steady_clock::now();
+  }
+  look_after(run, kKeptJobTurn);
+  executor_.run_kept(std::move(kept));
+  std::lock_guard lock(run.turn_mutex);
+  in_job.store(false);
+  if (!run.in_kept_job) return false;
+  run.in_kept_job = false;
+  itimerspec off{};
+  timerfd_settime(run.look, 0, &off, nullptr);
+  return true;
+}
+
+bool Poller::other_waits(Run& run) {
+  std::lock_guard lock(run.turn_mutex);
+  return run.waiting_for_turn > 0;
+}
+
+void Poller::reap(bool all) {
+  for (auto it = lent_.begin(); it != lent_.end();) {
+    if (!all && !it->done->load()) {
+      ++it;
+      continue;
+    }
+    if (it->thread.joinable()) it->thread.join();
+    it = lent_.erase(it);
+  }
 }
 
 void Poller::stop_claiming() {
@@ -117,6 +229,8 @@ void Poller::stop_claiming() {
   run_->stop_asked_ns.compare_exchange_strong(none, detail::steady_now_ns());
   run_->stopping.store(true);
   wake();
+  // A thread in a kept job does not see the stop: the other takes the turn to end the claiming.
+  look_after(*run_, std::chrono::nanoseconds(0));
 }
 
 void Poller::finish(std::chrono::steady_clock::time_point deadline) {
@@ -140,6 +254,7 @@ void Poller::stop() {
   if (!run_) return;
   run_->stopping.store(true);
   wake();
+  look_after(*run_, std::chrono::nanoseconds(0));
   // A claim in flight is of no use any more: cut it rather than wait for it.
   if (!run_->aborted.exchange(true)) {
     detail::CallWatch::instance().abort(detail::owner_of(run_.get()));
@@ -147,11 +262,23 @@ void Poller::stop() {
 }
 
 void Poller::join() {
-  if (thread_.joinable()) thread_.join();
+  if (run_ && !threads_.empty()) {
+    std::unique_lock lock(run_->ended_mutex);
+    run_->ended_cv.wait(lock, [&] { return run_->ended; });
+  }
+  // A thread in a handler is not waited for: it ends after its job (reap()).
+  for (auto& t : threads_) {
+    if (t.in_job->load()) {
+      lent_.push_back(std::move(t));
+    } else if (t.thread.joinable()) {
+      t.thread.join();
+    }
+  }
+  threads_.clear();
   if (run_ && run_->aborted.load()) {
     detail::CallWatch::instance().end_abort(detail::owner_of(run_.get()));
   }
-  if (run_ && !thread_.joinable()) {
+  if (run_) {
     carried_epoch_ = run_->epoch;
     carried_last_claim_us_ = run_->last_claim_us;
     carried_claim_cap_ = run_->claim_cap;
@@ -229,7 +356,10 @@ Poller::Round Poller::claim_round(Run& run) {
     if (!jobs.empty()) run.last_claim_us = std::max(run.last_claim_us, jobs.front().claimed_at_us);
     round.room = true;
     round.jobs += static_cast<int>(jobs.size());
-    executor_.submit(std::move(jobs));
+    // Woken from sleep (holding the wake keys): this thread runs the first job itself, after
+    // handing the turn over (see poller.h).
+    const bool keep = run.wake_keys_held && !run.kept && !jobs.empty() && other_waits(run);
+    executor_.submit(std::move(jobs), keep ? &run.kept : nullptr);
   };
   // Queues with a concurrency limit first, each claimed up to its own free slots; then the rest.
   const int buffer = buffer_size();
@@ -304,6 +434,7 @@ void Poller::drop_wake_keys(Run& run) {
   pqxx::nontransaction tx(*run.conn);
   tx.exec(kDropWakeKeysSql);
   run.wake_keys_held = false;
+  run.drop_keys = false;
 }
 
 void Poller::take_unanswered_claims(Run& run) {
@@ -408,12 +539,10 @@ void Poller::pass_cancels(Run& run) {
   run.notifications.clear();
 }
 
-void Poller::loop(Run& run) {
-  bool reported = false;
-  detail::Backoff backoff(Millis(50), Millis(2000));
-  // Polling while producers hold the wake keys: soon at first, then less often.
-  detail::Backoff busy_poll(Millis(1), std::min(config_.poll_interval, Millis(50)));
+bool Poller::loop(Run& run, std::atomic<bool>& in_job) {
   while (!run.stopping.load()) {
+    // A job kept for this thread (from a round that then failed).
+    if (run.kept && !run_kept_here(run, in_job)) return true;
     try {
       if (!run.conn) {
         run.conn = detail::connect(config_.connect, detail::owner_of(&run));
@@ -425,16 +554,20 @@ void Poller::loop(Run& run) {
           if (gap.before_us == 0) gap.before_us = run.session.now_us;
         }
       }
+      // Working again (the last claim found jobs): producers need not notify.
+      if (run.drop_keys) drop_wake_keys(run);
       if (!run.gaps.empty()) take_unanswered_claims(run);
       const Round round = claim_round(run);
-      if (reported) spdlog::info("poller: database reachable again");
-      reported = false;
-      backoff.reset();
+      if (run.reported) spdlog::info("poller: database reachable again");
+      run.reported = false;
+      run.backoff.reset();
       if (round.jobs > 0) {
-        busy_poll.reset();
+        run.busy_poll.reset();
         run.keys_refused_since.reset();  // producers at work, not a session holding a key
-        // Working again: producers need not notify.
-        if (run.wake_keys_held) drop_wake_keys(run);
+        run.drop_keys = run.wake_keys_held;
+        // Its job first; then this thread (or the other, if the job ran long) drops the keys.
+        if (run.kept && !run_kept_here(run, in_job)) return true;
+        if (run.drop_keys) drop_wake_keys(run);
         // Claim again at once: a round that found fewer jobs than it had room for ends only in
         // an empty round, which takes the wake keys before sleeping. (Sleeping after this one,
         // without the keys, a job whose producer did not notify would wait for the poll.)
@@ -458,7 +591,7 @@ void Poller::loop(Run& run) {
         // Producers are in their enqueue transactions (or another session holds a key): their
         // jobs will be there in a moment.
         warn_if_keys_held_long(run);
-        wait(run, busy_poll.next());
+        wait(run, run.busy_poll.next());
         run.conn->get_notifs();
         pass_cancels(run);
         continue;
@@ -497,18 +630,21 @@ void Poller::loop(Run& run) {
       run.conn.reset();
       // The session's advisory locks ended with it: the keys are taken again before sleeping.
       run.wake_keys_held = false;
+      run.drop_keys = false;
       if (run.stopping.load()) break;  // cut at the end of leadership: nothing to report
       if (observer_ != nullptr) observer_->database_error("poller");
-      if (!reported) {
+      if (!run.reported) {
         spdlog::error("poller: {}; retrying with backoff",
                       detail::one_line(detail::scrub(e.what())));
-        reported = true;
+        run.reported = true;
       }
-      wait(run, backoff.next());
+      if (run.kept && !run_kept_here(run, in_job)) return true;
+      wait(run, run.backoff.next());
     }
   }
   run.receiver.reset();
   run.conn.reset();
+  return false;
 }
 
 }  // namespace baton::worker

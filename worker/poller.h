@@ -13,12 +13,21 @@
 // poller polls, every 1 ms at first and every 50 ms (or the poll interval, if shorter) at most.
 // With shards, a node runs one poller per shard it leads, each with its own wake keys ("#<shard>"
 // appended for shards above 0), all feeding the node's one executor.
+// Two threads take turns claiming. Woken from sleep by an enqueue, the one claiming keeps the
+// first job it claims and runs its handler itself (unless the handler is transactional: a pool
+// thread has the connection it needs): an idle job then starts without waking a pool thread,
+// one cross-CPU wake-up less on its latency. Claiming must not wait for a handler, so the other
+// thread takes the turn over when the job has run for kKeptJobTurn (1 ms), or at once when
+// claiming stops; a timer wakes it then, so that a short job wakes no other thread at all. While
+// a thread runs a job it was handed the turn from, the other keeps none (its jobs go to the pool).
 // Queues with a concurrency limit never have more jobs claimed than their limit; paused queues are
 // skipped by the claim itself, and so are jobs of types this node has no handler for (they wait for
 // a leader that has one). A NOTIFY 'cancel <id>' on the jobs channel is passed to the executor at
 // once.
 //
-// Thread-safety: start()/stop()/join() from one owner thread; wake() from any thread.
+// Thread-safety: start()/stop()/join() from one owner thread; wake() from any thread. join()
+// does not wait for a handler a claiming thread runs: that thread ends after its job, and the
+// destructor waits for it.
 #pragma once
 
 #include <atomic>
@@ -33,6 +42,7 @@
 #include <vector>
 
 #include "baton/config.h"
+#include "baton/detail/backoff.h"
 #include "baton/detail/db.h"
 #include "baton/detail/job_store.h"
 #include "baton/detail/lease.h"
@@ -103,7 +113,26 @@ class Poller {
   };
   struct Run {
     std::int64_t epoch = 0;
-    std::atomic<bool> aborted{false};  // its calls are being cut (until join)
+    Run();
+    ~Run();
+    Run(const Run&) = delete;
+    Run& operator=(const Run&) = delete;
+    // The turn to claim: one thread claims (everything below is its own while it has the turn),
+    // the other waits for the turn, watching `look`, or runs a job it kept.
+    std::mutex turn_mutex;
+    bool turn_taken = false;
+    int waiting_for_turn = 0;
+    bool over = false;  // the claiming ended (stopped): no thread takes the turn again
+    // The thread with the turn runs a kept job (since kept_since): the other may take the turn.
+    bool in_kept_job = false;
+    std::chrono::steady_clock::time_point kept_since{};
+    int look = -1;           // a timerfd: the waiting thread looks at the turn when it fires
+    Executor::Kept kept;     // claimed for the thread whose turn it is
+    bool drop_keys = false;  // the wake keys are to be dropped (a claim found work)
+    bool reported = false;   // a database error was logged (until a claim succeeds)
+    detail::Backoff backoff{Millis(50), Millis(2000)};
+    detail::Backoff busy_poll{Millis(1), Millis(50)};  // polling while producers hold the keys
+    std::atomic<bool> aborted{false};                  // its calls are being cut (until join)
     std::atomic<bool> stopping{false};
     // When stop_claiming() was first called (steady clock, ns; 0: not yet), for finish()'s log.
     std::atomic<std::int64_t> stop_asked_ns{0};
@@ -142,7 +171,17 @@ class Poller {
     bool room = false;  // some claim was tried (a thread or buffer place was free)
   };
 
-  void loop(Run& run);
+  // One claiming thread: takes its turns until the claiming ends.
+  void take_turns(Run& run, std::atomic<bool>& in_job);
+  // Claims while it is this thread's turn: returns true when the turn was taken over (while
+  // this thread ran a kept job), false when the claiming ended.
+  bool loop(Run& run, std::atomic<bool>& in_job);
+  // Runs run.kept on this thread; true when the turn is still this thread's afterwards.
+  bool run_kept_here(Run& run, std::atomic<bool>& in_job);
+  // Whether the other thread waits for the turn (the caller has it).
+  static bool other_waits(Run& run);
+  // Makes the waiting thread look at the turn after `after` (0: at once).
+  static void look_after(Run& run, std::chrono::nanoseconds after);
   Round claim_round(Run& run);
   // Takes every wake key (true), or none.
   bool take_wake_keys(Run& run);
@@ -175,7 +214,16 @@ class Poller {
   int carried_claim_cap_ = 0;
   std::vector<Gap> carried_gaps_;
   detail::Waker waker_;
-  std::thread thread_;
+  // A claiming thread, and whether it runs a kept job now.
+  struct Thread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> in_job = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
+  };
+  std::vector<Thread> threads_;  // the current run's
+  std::vector<Thread> lent_;     // earlier runs' threads that were running a job at join()
+  // Joins the lent threads that ended (all of them, waiting for their jobs, with `all`).
+  void reap(bool all);
 };
 
 }  // namespace baton::worker

@@ -213,6 +213,45 @@ TEST_F(Worker, AJobQueuedWhileAnotherRunsStartsWithoutWaitingForThePoll) {
   }
 }
 
+TEST_F(Worker, AJobTheClaimingThreadRunsDoesNotHoldUpTheNextGrant) {
+  // Woken from sleep, the claiming thread runs the first job it claims itself. A revoke while
+  // that job runs (a handler that ignores its cancellation) must not hold up the claims of the
+  // next grant: the thread ends after its job, and nothing in the hand-over waits for it.
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  std::atomic<bool> started{false}, release{false};
+  RunningNode n(config, [&](Node& node) {
+    node.handle("stubborn", [&](JobContext&) {
+      started = true;
+      const auto until = std::chrono::steady_clock::now() + 20s;
+      while (!release.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(5ms);
+    });
+    node.handle("noop", [](JobContext&) {});
+  });
+  const std::string leading =
+      "SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL";
+  ASSERT_TRUE(wait_for([&] { return count(leading) == 1; }, 20s));
+  const auto epoch = count("SELECT epoch FROM locks");
+  Client client(database_url(), schema_);
+  client.enqueue("stubborn", {});
+  ASSERT_TRUE(wait_for([&] { return started.load(); }, 10s));
+  // Cut the election session: the node loses leadership and, alone, wins it back.
+  count("SELECT count(*) FILTER (WHERE pg_terminate_backend(holder_pid)) FROM locks");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM locks WHERE epoch > " + std::to_string(epoch) +
+                     " AND holder_pid IS NOT NULL") == 1;
+      },
+      20s));
+  const auto id = client.enqueue("noop", {});
+  EXPECT_TRUE(
+      wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 5s))
+      << "the new epoch's claims waited for the job the old one's claiming thread ran";
+  EXPECT_FALSE(release.load());
+  release = true;
+}
+
 TEST_F(Worker, ASleepingLeaderWhoseClaimSessionWasCutStillWakesForAnEnqueue) {
   // Asleep, the poller holds the wake keys on its claim session, and the keys end with that
   // session. Once it has reconnected it must take them again before it sleeps: without them,
