@@ -283,7 +283,7 @@ void Executor::submit(std::vector<detail::ClaimedJob> jobs, Kept* keep) {
 
 void Executor::run_kept(Kept kept) {
   if (!kept) return;
-  start(kept.run_);
+  start(kept.run_, false);
   kept.run_.reset();
   int spawn = 0;
   {
@@ -380,7 +380,7 @@ std::shared_ptr<Executor::Run> Executor::next_ready_locked() {
   return run;
 }
 
-void Executor::start(const std::shared_ptr<Run>& run) {
+void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller) {
   const auto& claimed = run->claimed;
   const auto epoch = claimed.job.epoch;
   // The lease is checked at this instant: after a pause (SIGSTOP, a suspended VM) the steady
@@ -433,7 +433,7 @@ void Executor::start(const std::shared_ptr<Run>& run) {
     std::lock_guard lock(idle_mutex_);
     idle_cv_.notify_all();
   }
-  if (waiting_.load() > refill_mark_.load(std::memory_order_relaxed)) return;
+  if (!wake_poller || waiting_.load() > refill_mark_.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(slot_free_mutex_);
   if (on_slot_free_) on_slot_free_();
 }

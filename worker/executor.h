@@ -120,7 +120,8 @@ class Executor {
   void submit(std::vector<detail::ClaimedJob> jobs, Kept* keep = nullptr);
   void submit(detail::ClaimedJob job);
   // Starts a kept job on this thread (or releases it, as a runner would), and returns when its
-  // run ended.
+  // run ended. It does not wake the poller: the caller claims next, or wakes the thread that
+  // does.
   void run_kept(Kept kept);
   // Waits until no handler runs, or the timeout passes. True when idle.
   bool wait_idle(Millis timeout);
@@ -146,8 +147,9 @@ class Executor {
     std::atomic<bool> cancel_asked{false};
   };
 
-  // Starts the run (or releases it when it may not start) and does its bookkeeping.
-  void start(const std::shared_ptr<Run>& run);
+  // Starts the run (or releases it when it may not start) and does its bookkeeping; then wakes
+  // the poller (on_slot_free) when few jobs wait, unless `wake_poller` is false.
+  void start(const std::shared_ptr<Run>& run, bool wake_poller = true);
   // A pool task that starts queued jobs one after another while there are any and no more runners
   // than the limit.
   void runner();

@@ -124,14 +124,20 @@ void Poller::start(std::int64_t epoch) {
 }
 
 Poller::Run::Run() : look(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)) {
-  if (look < 0) throw std::system_error(errno, std::generic_category(), "poller: timerfd_create");
+  // Without it, no job is kept (every job starts on the pool), and the waiting thread looks at
+  // the turn every 50 ms.
+  if (look < 0) {
+    spdlog::warn("poller: no timerfd ({}); idle jobs start on the pool",
+                 std::error_code(errno, std::generic_category()).message());
+  }
 }
 
 Poller::Run::~Run() {
-  close(look);
+  if (look >= 0) close(look);
 }
 
 void Poller::look_after(Run& run, std::chrono::nanoseconds after) {
+  if (run.look < 0) return;
   const auto ns = std::max<std::int64_t>(after.count(), 1);  // 0 would disarm it
   itimerspec when{};
   when.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
@@ -162,9 +168,11 @@ void Poller::take_turns(Run& run, std::atomic<bool>& in_job) {
         }
         lock.unlock();
         pollfd fd{run.look, POLLIN, 0};
-        ::poll(&fd, 1, -1);
-        std::uint64_t fired = 0;
-        [[maybe_unused]] const auto n = ::read(run.look, &fired, sizeof fired);
+        ::poll(&fd, 1, run.look >= 0 ? -1 : 50);
+        if (run.look >= 0) {
+          std::uint64_t fired = 0;
+          [[maybe_unused]] const auto n = ::read(run.look, &fired, sizeof fired);
+        }
         lock.lock();
       }
       --run.waiting_for_turn;
@@ -200,7 +208,11 @@ bool Poller::run_kept_here(Run& run, std::atomic<bool>& in_job) {
   executor_.run_kept(std::move(kept));
   std::lock_guard lock(run.turn_mutex);
   in_job.store(false);
-  if (!run.in_kept_job) return false;
+  if (!run.in_kept_job) {
+    // The other thread claims now, and may sleep for want of a free place: the job's is free.
+    wake();
+    return false;
+  }
   run.in_kept_job = false;
   itimerspec off{};
   timerfd_settime(run.look, 0, &off, nullptr);
@@ -358,7 +370,8 @@ Poller::Round Poller::claim_round(Run& run) {
     round.jobs += static_cast<int>(jobs.size());
     // Woken from sleep (holding the wake keys): this thread runs the first job itself, after
     // handing the turn over (see poller.h).
-    const bool keep = run.wake_keys_held && !run.kept && !jobs.empty() && other_waits(run);
+    const bool keep =
+        run.wake_keys_held && run.look >= 0 && !run.kept && !jobs.empty() && other_waits(run);
     executor_.submit(std::move(jobs), keep ? &run.kept : nullptr);
   };
   // Queues with a concurrency limit first, each claimed up to its own free slots; then the rest.

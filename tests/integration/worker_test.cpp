@@ -252,6 +252,34 @@ TEST_F(Worker, AJobTheClaimingThreadRunsDoesNotHoldUpTheNextGrant) {
   release = true;
 }
 
+TEST_F(Worker, TheEndOfALongJobTheClaimingThreadRanLetsTheNextOneStart) {
+  // One thread, and no run time known yet (so no buffer): while the claiming thread runs the job
+  // that woke it, the other takes the turn after 1 ms, finds no free place and sleeps. The job's
+  // end must wake it, or the next job waits for the poll interval (a minute here).
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  config.threads = 1;
+  std::atomic<int> started{0};
+  RunningNode n(config, [&](Node& node) {
+    node.handle("slow", [&](JobContext&) {
+      ++started;
+      std::this_thread::sleep_for(300ms);
+    });
+  });
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL") == 1;
+      },
+      20s));
+  Client client(database_url(), schema_);
+  client.enqueue("slow", {{"n", 1}});
+  ASSERT_TRUE(wait_for([&] { return started.load() == 1; }, 10s));
+  const auto id = client.enqueue("slow", {{"n", 2}});
+  EXPECT_TRUE(
+      wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 5s))
+      << "the second job waited for the poll interval after the first ended";
+}
+
 TEST_F(Worker, ASleepingLeaderWhoseClaimSessionWasCutStillWakesForAnEnqueue) {
   // Asleep, the poller holds the wake keys on its claim session, and the keys end with that
   // session. Once it has reconnected it must take them again before it sleeps: without them,
