@@ -281,9 +281,10 @@ void Executor::submit(std::vector<detail::ClaimedJob> jobs, Kept* keep) {
   post_runners(spawn);
 }
 
-void Executor::run_kept(Kept kept) {
+void Executor::run_kept(Kept kept, bool release) {
   if (!kept) return;
-  start(kept.run_, false);
+  // With shards, the other lanes' pollers may wait for the place this job frees.
+  start(kept.run_, accepted_epochs() > 1, release);
   kept.run_.reset();
   int spawn = 0;
   {
@@ -380,13 +381,13 @@ std::shared_ptr<Executor::Run> Executor::next_ready_locked() {
   return run;
 }
 
-void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller) {
+void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller, bool release) {
   const auto& claimed = run->claimed;
   const auto epoch = claimed.job.epoch;
   // The lease is checked at this instant: after a pause (SIGSTOP, a suspended VM) the steady
   // clock says whether the claim's epoch is still ours, whatever the revoke event has reached.
   auto may_start = [&] {
-    return run->epoch->accepted.load() && !run->epoch->ended.load() &&
+    return !release && run->epoch->accepted.load() && !run->epoch->ended.load() &&
            (!lease_valid_ || lease_valid_(epoch));
   };
   const int still_waiting = waiting_.fetch_sub(1) - 1;

@@ -120,9 +120,9 @@ class Executor {
   void submit(std::vector<detail::ClaimedJob> jobs, Kept* keep = nullptr);
   void submit(detail::ClaimedJob job);
   // Starts a kept job on this thread (or releases it, as a runner would), and returns when its
-  // run ended. It does not wake the poller: the caller claims next, or wakes the thread that
-  // does.
-  void run_kept(Kept kept);
+  // run ended. With one epoch accepted it does not wake the poller: the caller claims next, or
+  // wakes the thread that does. With `release`, the job goes back to the queue without running.
+  void run_kept(Kept kept, bool release = false);
   // Waits until no handler runs, or the timeout passes. True when idle.
   bool wait_idle(Millis timeout);
   // The same for the jobs of one epoch (submitted ones included).
@@ -149,7 +149,7 @@ class Executor {
 
   // Starts the run (or releases it when it may not start) and does its bookkeeping; then wakes
   // the poller (on_slot_free) when few jobs wait, unless `wake_poller` is false.
-  void start(const std::shared_ptr<Run>& run, bool wake_poller = true);
+  void start(const std::shared_ptr<Run>& run, bool wake_poller = true, bool release = false);
   // A pool task that starts queued jobs one after another while there are any and no more runners
   // than the limit.
   void runner();

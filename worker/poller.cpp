@@ -188,8 +188,10 @@ void Poller::take_turns(Run& run, std::atomic<bool>& in_job) {
       run.ended = true;
     }
     run.ended_cv.notify_all();
-    // A job kept as the claiming stopped starts (or is released) as a runner's would.
-    executor_.run_kept(std::exchange(run.kept, {}));
+    // A job kept by a round that then stopped (a later claim of it was cut or failed) goes back
+    // to the queue, as the jobs claimed and not started do when claiming stops: run here,
+    // join() would wait for it.
+    executor_.run_kept(std::exchange(run.kept, {}), true);
     return;
   }
 }
@@ -205,7 +207,13 @@ bool Poller::run_kept_here(Run& run, std::atomic<bool>& in_job) {
     run.kept_since = std::chrono::steady_clock::now();
   }
   look_after(run, kKeptJobTurn);
-  executor_.run_kept(std::move(kept));
+  try {
+    executor_.run_kept(std::move(kept));
+  } catch (const std::exception& e) {
+    // Not the handler's (the executor catches those) but its bookkeeping's (out of memory):
+    // the turn must still be settled below, or two threads would claim.
+    spdlog::error("poller: a job run on the claiming thread failed: {}", e.what());
+  }
   std::lock_guard lock(run.turn_mutex);
   in_job.store(false);
   if (!run.in_kept_job) {

@@ -280,6 +280,59 @@ TEST_F(Worker, TheEndOfALongJobTheClaimingThreadRanLetsTheNextOneStart) {
       << "the second job waited for the poll interval after the first ended";
 }
 
+TEST_F(Worker, AJobKeptByARoundThatAShutdownCutGoesBackToTheQueue) {
+  // A round claims a limited queue first: woken from sleep, the claiming thread keeps that job
+  // to run once the round ends. Here the round's next claim (the other queues') is slow (a
+  // trigger sleeps in it) and a shutdown cuts it. The kept job must go back to the queue, as
+  // the claimed jobs that had not started do: run then, it would hold up the shutdown (and a
+  // hand-over, under the consumer's lock) for as long as it runs.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.queue = 'default' AND OLD.state = 'available' AND NEW.state = 'running' THEN "
+        "PERFORM pg_catalog.pg_sleep(3); END IF; RETURN NEW; END $$");
+    tx.exec(
+        "CREATE TRIGGER slow_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
+        "slow_claim()");
+  }
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  config.queue_concurrency = {{"limited", 1}};
+  std::atomic<bool> started{false};
+  auto node = std::make_unique<RunningNode>(config, [&](Node& n) {
+    n.handle("kept", [&](JobContext&) {
+      started = true;
+      std::this_thread::sleep_for(2s);
+    });
+    n.handle("other", [](JobContext&) {});
+  });
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL") == 1;
+      },
+      20s));
+  {
+    pqxx::connection conn(database_url());
+    pqxx::work tx(conn);
+    baton::enqueue_in(tx,
+                      {baton::NewJob{"kept", {}, EnqueueOptions{.queue = "limited"}},
+                       baton::NewJob{"other", {}, {}}},
+                      baton::ClientOptions{.schema = schema_});
+    tx.commit();
+  }
+  // The round's second claim is in the trigger's sleep.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1;
+      },
+      10s));
+  node.reset();
+  EXPECT_FALSE(started.load()) << "the kept job ran during the shutdown";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE type = 'kept' AND state = 'available'"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs") + count("SELECT count(*) FROM job_history"), 2);
+}
+
 TEST_F(Worker, ASleepingLeaderWhoseClaimSessionWasCutStillWakesForAnEnqueue) {
   // Asleep, the poller holds the wake keys on its claim session, and the keys end with that
   // session. Once it has reconnected it must take them again before it sleeps: without them,
