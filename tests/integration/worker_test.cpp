@@ -58,6 +58,15 @@ class Worker : public SchemaTest {
       executor.submit(std::move(job));
     }
   }
+  // The session of node `node` that holds an advisory lock exclusively, but for the election's:
+  // its poller's, asleep with the wake keys (0: none).
+  std::string wake_key_holder(const std::string& node) const {
+    return "SELECT coalesce(min(l.pid), 0) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+           "WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted "
+           "AND a.application_name = '" +
+           baton::detail::node_application_name(node, schema_) +
+           "' AND l.pid IS DISTINCT FROM (SELECT holder_pid FROM locks)";
+  }
   // Runs every row of jobs (submit_rows) on an executor of `threads` that accepts `epoch`, with
   // `handlers`, until it is idle and the completer has written every outcome.
   void run_rows(const baton::detail::HandlerRegistry& handlers, int threads, std::int64_t epoch,
@@ -291,7 +300,7 @@ TEST_F(Worker, AJobKeptByARoundThatAShutdownCutGoesBackToTheQueue) {
     tx.exec(
         "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         "IF NEW.queue = 'default' AND OLD.state = 'available' AND NEW.state = 'running' THEN "
-        "PERFORM pg_catalog.pg_sleep(3); END IF; RETURN NEW; END $$");
+        "PERFORM pg_catalog.pg_sleep(5); END IF; RETURN NEW; END $$");
     tx.exec(
         "CREATE TRIGGER slow_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
         "slow_claim()");
@@ -299,6 +308,9 @@ TEST_F(Worker, AJobKeptByARoundThatAShutdownCutGoesBackToTheQueue) {
   auto config = test_config(schema_, "solo");
   config.poll_interval = std::chrono::minutes(1);
   config.queue_concurrency = {{"limited", 1}};
+  // A claim is cut at the lease's end: on the default 500 ms lease the slow claim would be cut
+  // before the shutdown, while the node still claims, and the kept job would then rightly run.
+  config.lock_ttl = std::chrono::seconds(10);
   std::atomic<bool> started{false};
   auto node = std::make_unique<RunningNode>(config, [&](Node& n) {
     n.handle("kept", [&](JobContext&) {
@@ -312,6 +324,8 @@ TEST_F(Worker, AJobKeptByARoundThatAShutdownCutGoesBackToTheQueue) {
         return count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL") == 1;
       },
       20s));
+  // Asleep, holding the wake keys: the enqueue below wakes it, and it keeps the first job.
+  ASSERT_TRUE(wait_for([&] { return count(wake_key_holder("solo")) != 0; }, 20s));
   {
     pqxx::connection conn(database_url());
     pqxx::work tx(conn);
@@ -321,10 +335,14 @@ TEST_F(Worker, AJobKeptByARoundThatAShutdownCutGoesBackToTheQueue) {
                       baton::ClientOptions{.schema = schema_});
     tx.commit();
   }
-  // The round's second claim is in the trigger's sleep.
+  // The round's second claim is in the trigger's sleep (this node's session: a claim cut in
+  // another test, or in an earlier run of this one, may still sleep on the server).
   ASSERT_TRUE(wait_for(
       [&] {
-        return count("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1;
+        return count(
+                   "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND "
+                   "application_name = '" +
+                   baton::detail::node_application_name("solo", schema_) + "'") == 1;
       },
       10s));
   node.reset();
@@ -341,13 +359,7 @@ TEST_F(Worker, ASleepingLeaderWhoseClaimSessionWasCutStillWakesForAnEnqueue) {
   auto config = test_config(schema_, "solo");
   config.poll_interval = std::chrono::minutes(1);
   RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
-  // The sessions of this node that hold an advisory lock, but for the election's: the poller's.
-  const std::string key_holder =
-      "SELECT coalesce(min(l.pid), 0) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-      "WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted "
-      "AND a.application_name = '" +
-      baton::detail::node_application_name("solo", schema_) +
-      "' AND l.pid IS DISTINCT FROM (SELECT holder_pid FROM locks)";
+  const std::string key_holder = wake_key_holder("solo");
   Client client(database_url(), schema_);
   for (int round = 0; round < 3; ++round) {
     std::int64_t pid = 0;
