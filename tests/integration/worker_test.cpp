@@ -43,6 +43,9 @@ void spin_cpu(std::chrono::nanoseconds cpu) {
 
 class Worker : public SchemaTest {
  protected:
+  // One lock row, granted and held: the node leads.
+  static constexpr const char* kLeading =
+      "SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL";
   // Hands every row of jobs (claimed by hand, in id order) to `executor` as claimed jobs of
   // `type` (empty: each row's own), each under its claimed_epoch.
   void submit_rows(baton::worker::Executor& executor, const std::string& type) {
@@ -238,9 +241,7 @@ TEST_F(Worker, AJobTheClaimingThreadRunsDoesNotHoldUpTheNextGrant) {
     });
     node.handle("noop", [](JobContext&) {});
   });
-  const std::string leading =
-      "SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL";
-  ASSERT_TRUE(wait_for([&] { return count(leading) == 1; }, 20s));
+  ASSERT_TRUE(wait_count(kLeading, 1, 20s));
   const auto epoch = count("SELECT epoch FROM locks");
   Client client(database_url(), schema_);
   client.enqueue("stubborn", {});
@@ -275,11 +276,7 @@ TEST_F(Worker, TheEndOfALongJobTheClaimingThreadRanLetsTheNextOneStart) {
       std::this_thread::sleep_for(300ms);
     });
   });
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL") == 1;
-      },
-      20s));
+  ASSERT_TRUE(wait_count(kLeading, 1, 20s));
   Client client(database_url(), schema_);
   client.enqueue("slow", {{"n", 1}});
   ASSERT_TRUE(wait_for([&] { return started.load() == 1; }, 10s));
@@ -319,11 +316,7 @@ TEST_F(Worker, AJobKeptByARoundThatAShutdownCutGoesBackToTheQueue) {
     });
     n.handle("other", [](JobContext&) {});
   });
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL") == 1;
-      },
-      20s));
+  ASSERT_TRUE(wait_count(kLeading, 1, 20s));
   // Asleep, holding the wake keys: the enqueue below wakes it, and it keeps the first job.
   ASSERT_TRUE(wait_for([&] { return count(wake_key_holder("solo")) != 0; }, 20s));
   {
@@ -742,11 +735,7 @@ TEST_F(Worker, AClaimThatCommittedUnansweredRunsOnceTheClaimSessionIsBack) {
         std::this_thread::sleep_for(1ms);
     });
   });
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL") == 1;
-      },
-      20s));
+  ASSERT_TRUE(wait_count(kLeading, 1, 20s));
   const auto epoch = count("SELECT epoch FROM locks");
   // An answered claim first: its time is the one later claims are told from.
   // Two of them still running when the sessions are cut.
@@ -871,8 +860,7 @@ TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
       ++runs[ctx.job().id];
     });
   });
-  ASSERT_TRUE(
-      wait_count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL", 1, 20s));
+  ASSERT_TRUE(wait_count(kLeading, 1, 20s));
   const auto epoch = count("SELECT epoch FROM locks");
   Client(database_url(), schema_).enqueue_copies("slow", {}, 4);
   ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 4, 60s))
@@ -990,8 +978,7 @@ TEST_F(Worker, AStoppedNodeReleasesItsLeadershipAndMarksItselfStopped) {
   std::int64_t epoch = 0;
   {
     RunningNode n(test_config(schema_, "solo"), [](Node&) {});
-    ASSERT_TRUE(wait_count("SELECT count(*) FROM locks WHERE epoch > 0 AND holder_pid IS NOT NULL",
-                           1, 20s));
+    ASSERT_TRUE(wait_count(kLeading, 1, 20s));
     epoch = count("SELECT epoch FROM locks");
   }
   EXPECT_EQ(count("SELECT count(*) FROM leadership_events WHERE event = 'released' AND "
