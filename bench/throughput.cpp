@@ -362,15 +362,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// "median (min..max)" of a figure over the runs, and its JSON: the median plus every run.
-std::string spread(const std::vector<double>& v, const char* format) {
-  char buf[128];
+// "median (min..max)" of a figure over the runs, each with `decimals` digits after the point.
+std::string spread(const std::vector<double>& v, int decimals) {
   const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  std::string m(64, '\0'), a(64, '\0'), z(64, '\0');
-  std::snprintf(m.data(), m.size(), format, median(v));
-  std::snprintf(a.data(), a.size(), format, *lo);
-  std::snprintf(z.data(), z.size(), format, *hi);
-  std::snprintf(buf, sizeof buf, "%s (%s..%s)", m.c_str(), a.c_str(), z.c_str());
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.*f (%.*f..%.*f)", decimals, median(v), decimals, *lo, decimals,
+                *hi);
   return buf;
 }
 
@@ -389,12 +386,12 @@ void report(Bench& b, const Options& o) {
       b1k.push_back(e.batch_1000);
       b10k.push_back(e.batch_10000);
     }
-    line("enqueue, single, sequential", spread(single, "%.0f") + " jobs/s");
+    line("enqueue, single, sequential", spread(single, 0) + " jobs/s");
     figure("enqueue", {{"mode", "single"}, {"jobs_per_s", median(single)}, {"runs", single}});
-    line("enqueue, batches of 1,000", spread(b1k, "%.0f") + " jobs/s");
+    line("enqueue, batches of 1,000", spread(b1k, 0) + " jobs/s");
     figure("enqueue",
            {{"mode", "batch"}, {"batch", 1000}, {"jobs_per_s", median(b1k)}, {"runs", b1k}});
-    line("enqueue, batches of 10,000", spread(b10k, "%.0f") + " jobs/s");
+    line("enqueue, batches of 10,000", spread(b10k, 0) + " jobs/s");
     figure("enqueue",
            {{"mode", "batch"}, {"batch", 10000}, {"jobs_per_s", median(b10k)}, {"runs", b10k}});
   }
@@ -409,21 +406,21 @@ void report(Bench& b, const Options& o) {
       rss.push_back(static_cast<double>(d.peak_rss_kb) / 1024.0);
     }
     base = median(rate);
-    line("drain, 1 leader + 2 passive", spread(rate, "%.0f") + " jobs/s");
+    line("drain, 1 leader + 2 passive", spread(rate, 0) + " jobs/s");
     figure("drain", {{"jobs", o.drain},
                      {"threads", o.threads},
                      {"batch_size", o.batch_size},
                      {"jobs_per_s", base},
                      {"runs", rate},
                      {"leader_changes", changes}});
-    line("leader CPU per 1,000 jobs", spread(cpu, "%.2f") + " ms (user + system)");
+    line("leader CPU per 1,000 jobs", spread(cpu, 2) + " ms (user + system)");
     figure("cpu", {{"jobs", o.drain}, {"leader_ms_per_1000_jobs", median(cpu)}, {"runs", cpu}});
-    line("leader peak resident memory", spread(rss, "%.1f") + " MB");
+    line("leader peak resident memory", spread(rss, 1) + " MB");
     figure("memory", {{"jobs", o.drain}, {"leader_peak_rss_mb", median(rss)}, {"runs", rss}});
     if (o.backlog > 0) {
       const auto d = b.drain(o.backlog, "noop", "{}");
-      line("drain, large backlog", spread({d.rate}, "%.0f") + " jobs/s");
-      line("backlog rate / base rate", spread({100 * d.rate / base}, "%.1f") + " %");
+      line("drain, large backlog", spread({d.rate}, 0) + " jobs/s");
+      line("backlog rate / base rate", spread({100 * d.rate / base}, 1) + " %");
       line("leader changes, large backlog", std::to_string(d.leader_changes));
       figure("backlog", {{"jobs", o.backlog},
                          {"jobs_per_s", d.rate},
@@ -447,10 +444,10 @@ void report(Bench& b, const Options& o) {
       return request_ms.empty() ? 0.0
                                 : request_ms[static_cast<std::size_t>(p * (request_ms.size() - 1))];
     };
-    line("drain, no console page open", spread(without, "%.0f") + " jobs/s");
+    line("drain, no console page open", spread(without, 0) + " jobs/s");
     const auto open_pages = "drain, " + std::to_string(o.console_pages) + " console pages open";
-    line(open_pages.c_str(), spread(with, "%.0f") + " jobs/s");
-    line("with pages / without", spread(ratio, "%.3f"));
+    line(open_pages.c_str(), spread(with, 0) + " jobs/s");
+    line("with pages / without", spread(ratio, 3));
     char text[160];
     std::snprintf(text, sizeof text, "p50 %.1f ms  p99 %.1f ms  (%zu requests)", pct(0.5),
                   pct(0.99), request_ms.size());
@@ -469,8 +466,8 @@ void report(Bench& b, const Options& o) {
     for (std::size_t r = 0; r < runs; ++r)
       rate.push_back(b.drain(o.sleep_jobs, "sleep", R"({"ms": 1})").rate);
     const double ideal = o.threads * 1000.0;
-    line("1 ms sleep jobs", spread(rate, "%.0f") + " jobs/s, " +
-                                spread({100 * median(rate) / ideal}, "%.1f") + " % of ideal");
+    line("1 ms sleep jobs",
+         spread(rate, 0) + " jobs/s, " + spread({100 * median(rate) / ideal}, 1) + " % of ideal");
     figure("sleep_jobs", {{"jobs", o.sleep_jobs},
                           {"threads", o.threads},
                           {"jobs_per_s", median(rate)},
