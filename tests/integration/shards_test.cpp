@@ -9,7 +9,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 
+#include "baton/detail/db.h"
 #include "support/node_runner.h"
 #include "support/schema_test.h"
 #include "support/support.h"
@@ -197,6 +200,65 @@ TEST_F(ShardsInProcess, EpochsStayUniqueAcrossShardsWhenARowIsAheadOfTheSequence
             0)
       << "a shard drew an epoch the sequence had not moved past";
   EXPECT_EQ(count("SELECT count(DISTINCT epoch) FROM locks"), 4);
+}
+
+TEST_F(ShardsInProcess, TheEndOfAJobOneShardsClaimingThreadRanLetsAnotherShardsJobStart) {
+  // One node leads two shards on two threads. Each lane's claiming thread runs the job that
+  // woke it: a long one on shard 1, then a short one on shard 0, which fill both places. Shard
+  // 1's next job finds no place (its lane already has its fair share running) and its poller
+  // sleeps for the poll interval, a minute here. The short job's end must wake it: otherwise
+  // the job waits for the long one to end.
+  auto c = config("n1");
+  c.shards = 2;
+  c.threads = 2;
+  c.poll_interval = std::chrono::minutes(1);
+  std::atomic<bool> release{false};
+  std::atomic<bool> long_started{false};
+  std::atomic<bool> short_started{false};
+  std::atomic<bool> next_started{false};
+  std::atomic<bool> next_before_long_ended{false};
+  RunningNode n(c, [&](Node& node) {
+    node.handle("long", [&](JobContext&) {
+      long_started = true;
+      wait_for([&] { return release.load(); }, 10s);
+    });
+    node.handle("short", [&](JobContext&) {
+      short_started = true;
+      std::this_thread::sleep_for(300ms);
+    });
+    node.handle("next", [&](JobContext&) {
+      next_before_long_ended = !release.load();
+      next_started = true;
+    });
+  });
+  ASSERT_TRUE(shares_become({{"n1", 2}})) << n.error();
+  // Both lanes asleep holding their wake keys (sessions other than the leases').
+  ASSERT_TRUE(wait_count(
+      "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+      "WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted "
+      "AND a.application_name = '" +
+          baton::detail::node_application_name("n1", schema_) +
+          "' AND l.pid NOT IN (SELECT holder_pid FROM locks WHERE holder_pid IS NOT NULL)",
+      2, 20s));
+  // A partition key of each shard.
+  auto key_on = [&](int shard) {
+    return query_value(*db_,
+                       "SELECT 'k' || i FROM generate_series(1, 100) i WHERE shard_of('k' "
+                       "|| i, 2) = " +
+                           std::to_string(shard) + " ORDER BY i LIMIT 1");
+  };
+  const auto on0 = key_on(0);
+  const auto on1 = key_on(1);
+  Client client(database_url(), schema_);
+  client.enqueue("long", {}, {.partition_key = on1});
+  ASSERT_TRUE(wait_for([&] { return long_started.load(); }, 10s));
+  client.enqueue("short", {}, {.partition_key = on0});
+  ASSERT_TRUE(wait_for([&] { return short_started.load(); }, 10s));
+  client.enqueue("next", {}, {.partition_key = on1 + "-next"});
+  const bool started = wait_for([&] { return next_started.load(); }, 6s);
+  release = true;
+  EXPECT_TRUE(started && next_before_long_ended.load())
+      << "shard 1's job waited for the long job to end, not for the short one";
 }
 
 }  // namespace
