@@ -260,8 +260,9 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
                       .Help("Claims that ended without an answer while this node led: "
                             "row_locked (waited out the lock timeout on a row another "
                             "transaction holds; held rows are then skipped for a minute), "
-                            "lease_end or statement_timeout (still running then; later claims "
-                            "take fewer jobs). Their jobs stay in the queue.")
+                            "lease_end (still running three leases after it was sent) or "
+                            "statement_timeout (still running then); later claims take fewer "
+                            "jobs. Their jobs stay in the queue.")
                       .Register(*registry_)),
       cut_row_locked_(claims_cut_.Add({{"reason", "row_locked"}})),
       cut_lease_end_(claims_cut_.Add({{"reason", "lease_end"}})),

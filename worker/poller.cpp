@@ -349,11 +349,13 @@ Poller::Round Poller::claim_round(Run& run) {
         config_.shard, cluster_limit, after};
     std::vector<detail::ClaimedJob> jobs;
     {
-      // A claim that has not come back by the lease's end is of no use: it is cut then.
-      run.claim_deadline = lease_.deadline();
+      // A claim that has not come back by the lease's end is of no use: it is cut then. Renewals
+      // move that end, up to claim_time after the send: on a machine whose cores are taken by
+      // producers a claim can take longer than one lease, and cutting it (reconnecting, looking
+      // for its jobs, claiming again) only took more of the time the drain needed.
+      run.claim_deadline = call_bound(start);
       run.claim_wanted = want;
-      auto armed =
-          detail::CallWatch::instance().arm(*run.conn, run.claim_deadline, detail::owner_of(&run));
+      auto armed = watch(run, run.claim_deadline);
       jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
                                 config_.connect.schema);
       run.claim_wanted = 0;
@@ -421,9 +423,23 @@ Poller::Round Poller::claim_round(Run& run) {
   return round;
 }
 
+std::chrono::steady_clock::time_point Poller::call_bound(
+    std::chrono::steady_clock::time_point sent) const {
+  return config_.claim_time.count() > 0 ? sent + config_.claim_time : lease_.deadline();
+}
+
+detail::CallWatch::Armed Poller::watch(Run& run, std::chrono::steady_clock::time_point bound) {
+  return detail::CallWatch::instance().arm(
+      *run.conn, std::min(lease_.deadline(), bound), detail::owner_of(&run),
+      [this, epoch = run.epoch, bound] {
+        const auto end = lease_.deadline();
+        return lease_.epoch() == epoch ? std::min(end, bound)
+                                       : std::chrono::steady_clock::time_point{};
+      });
+}
+
 bool Poller::take_wake_keys(Run& run) {
-  auto armed =
-      detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+  auto armed = watch(run, call_bound(std::chrono::steady_clock::now()));
   pqxx::nontransaction tx(*run.conn);
   if (tx.exec_params(kTakeWakeKeysSql, detail::text_array(wake_keys_))[0][0].as<bool>(false)) {
     run.wake_keys_held = true;
@@ -450,8 +466,7 @@ void Poller::warn_if_keys_held_long(Run& run) {
 }
 
 void Poller::drop_wake_keys(Run& run) {
-  auto armed =
-      detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+  auto armed = watch(run, call_bound(std::chrono::steady_clock::now()));
   pqxx::nontransaction tx(*run.conn);
   tx.exec(kDropWakeKeysSql);
   run.wake_keys_held = false;
@@ -469,8 +484,7 @@ void Poller::take_unanswered_claims(Run& run) {
     }
     bool busy = false;
     {
-      auto armed =
-          detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+      auto armed = watch(run, call_bound(std::chrono::steady_clock::now()));
       busy = detail::cut_session_busy(*run.conn, it->cut);
     }
     // The cut session's transaction may still be committing on the server (stalled): its jobs
@@ -490,8 +504,7 @@ void Poller::take_unanswered_claims(Run& run) {
     if (!lease_.valid(run.epoch)) return;
     std::vector<detail::ClaimedJob> jobs;
     {
-      auto armed =
-          detail::CallWatch::instance().arm(*run.conn, lease_.deadline(), detail::owner_of(&run));
+      auto armed = watch(run, call_bound(std::chrono::steady_clock::now()));
       jobs = detail::unanswered_claim(*run.conn, {config_.lock, config_.node_id, run.epoch},
                                       it->after_us, it->before_us, config_.connect.schema);
     }
@@ -523,6 +536,12 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
     observer_->claim_cut(statement_timeout ? detail::ClaimCut::statement_timeout
                                            : detail::ClaimCut::lease_end);
   }
+  const std::string ran_out = statement_timeout ? "its statement timeout ran out"
+                              : config_.claim_time.count() > 0
+                                  ? "its time ran out (" +
+                                        std::to_string(config_.claim_time.count()) +
+                                        "ms, three of the leader's own leases)"
+                                  : "the lease ended";
   if (wanted > 1) {
     run.claim_cap = wanted / 2;
     // A stall cuts a few claims in a row: one warning a minute, the rest at debug level.
@@ -532,8 +551,7 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
                 "poller: a claim of {} jobs was still running when {}, and was cut; claiming at "
                 "most {} at a time until claims come back in time (the server or the link is "
                 "slow, or the payloads are large)",
-                wanted, statement_timeout ? "its statement timeout ran out" : "the lease ended",
-                run.claim_cap);
+                wanted, ran_out, run.claim_cap);
   } else if (now - run.one_job_warned >= std::chrono::minutes(1)) {
     run.one_job_warned = now;
     if (statement_timeout) {
@@ -542,9 +560,10 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
           "stalled, or the job's payload is too large to fetch in that time");
     } else {
       spdlog::warn(
-          "poller: a claim of one job was still running when the lease ended, and was cut; the "
-          "job's payload may be too large to fetch within the lease, or the server or the link "
-          "too slow: raise --lock-ttl (claims must come back before the lease ends)");
+          "poller: a claim of one job was still running when {}, and was cut; the job's payload "
+          "may be too large to fetch in that time, or the server or the link too slow: raise "
+          "--lock-ttl (a claim's time is three of the leader's own leases)",
+          ran_out);
     }
   }
 }

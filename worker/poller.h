@@ -43,6 +43,7 @@
 
 #include "baton/config.h"
 #include "baton/detail/backoff.h"
+#include "baton/detail/call_watch.h"
 #include "baton/detail/db.h"
 #include "baton/detail/job_store.h"
 #include "baton/detail/lease.h"
@@ -69,6 +70,10 @@ struct PollerConfig {
   // A claim that waits this long for a row another transaction holds gives up, and the claims
   // of the next minute skip held rows (a row lock each) instead of waiting.
   Millis lock_timeout{200};
+  // How long a claim may run while the lease is renewed: it is cut at the lease's end, or this
+  // long after it was sent (a claim connection that stopped answering while the elector's did
+  // not). 0: the lease's end as it stood when the claim was sent, renewals or not.
+  Millis claim_time{0};
 };
 
 class Poller {
@@ -194,6 +199,12 @@ class Poller {
   // After a claim failed: when it ran out of time (the lease's end, or the statement timeout)
   // while this node still leads, claim fewer jobs at a time.
   void claim_was_cut(Run& run, int wanted, bool statement_timeout);
+  // The latest a call sent at `sent` may run while the lease is renewed (claim_time).
+  std::chrono::steady_clock::time_point call_bound(
+      std::chrono::steady_clock::time_point sent) const;
+  // Watches a call on the run's session: cut when the lease ends, and at `bound` even while the
+  // lease is renewed.
+  detail::CallWatch::Armed watch(Run& run, std::chrono::steady_clock::time_point bound);
   // Runs the jobs of claims that committed unanswered, once their cut sessions have ended.
   void take_unanswered_claims(Run& run);
   // Hands the cancellations that arrived by NOTIFY to the executor.

@@ -430,7 +430,8 @@ void Node::run() {
                .queues = c.queues,
                .queue_limits = c.queue_concurrency,
                .batch_size = c.batch_size,
-               .poll_interval = c.poll_interval};
+               .poll_interval = c.poll_interval,
+               .claim_time = 3 * c.local_lease()};
   wc.executor = {.connect = s.connect_options(false),
                  .pooled = !c.election_database_url.empty(),
                  .threads = c.threads,

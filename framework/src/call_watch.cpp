@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -19,6 +20,7 @@ struct CallWatch::State {
     int fd;
     Clock::time_point deadline;
     Owner owner;
+    std::function<Clock::time_point()> later;  // may move the deadline (empty: fixed)
     bool cut = false;
   };
   std::mutex mutex;
@@ -62,6 +64,11 @@ CallWatch::Armed::~Armed() {
 
 CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point deadline,
                                 Owner owner) {
+  return arm(conn, deadline, owner, {});
+}
+
+CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point deadline,
+                                Owner owner, std::function<Clock::time_point()> later) {
   const int fd = conn.sock();
   if (fd < 0) return Armed();
   auto& s = *state_;
@@ -71,7 +78,7 @@ CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point d
     std::lock_guard lock(s.mutex);
     id = s.next_id++;
     earliest = deadline < s.wakes_at;
-    s.calls.push_back({id, fd, deadline, owner});
+    s.calls.push_back({id, fd, deadline, owner, std::move(later)});
     if (s.aborting.count(owner) != 0) s.cut_call(s.calls.back());
   }
   if (earliest) s.cv.notify_all();
@@ -117,6 +124,7 @@ void CallWatch::loop() {
     auto next = Clock::time_point::max();
     for (auto& c : s.calls) {
       if (c.cut) continue;
+      if (c.deadline <= now && c.later) c.deadline = c.later();
       if (c.deadline <= now) {
         s.cut_call(c);
       } else {

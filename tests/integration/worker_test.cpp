@@ -833,18 +833,18 @@ TEST_F(Worker, AnUnansweredClaimIsTakenOnceItsSessionEndedItsTransactionAndOnlyO
 }
 
 TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
-  // A claim still running at the lease's end is cut: its answer would come too late to use. When
-  // a claim of the jobs waiting always takes longer than that (large payloads, a slow server or
-  // link; here a trigger makes claiming each row take 0.7 s), claiming the same jobs again would
-  // cut again, and nothing would ever run. With a 2 s lease a claim has about 1.7 s: a claim of
-  // the 4 jobs (2.8 s) is cut, and the server sees its client gone at its next check (every
-  // second) and rolls it back. Claims of 2 (1.4 s) come back.
+  // A claim is cut when its time runs out: three of the leader's own leases, even while the lease
+  // is renewed. When a claim of the jobs waiting always takes longer than that (large payloads, a
+  // slow server or link; here a trigger makes claiming each row take 1.6 s), claiming the same
+  // jobs again would cut again, and nothing would ever run. With a 2 s lease (1.88 s of its own)
+  // a claim has 5.64 s: a claim of the 4 jobs (6.4 s) is cut, and the server sees its client gone
+  // at its next check (every second) and rolls it back. Claims of 2 (3.2 s) come back.
   {
     pqxx::nontransaction tx(*db_);
     tx.exec(
         "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         "IF NEW.type = 'slow' AND OLD.state = 'available' AND NEW.state = 'running' THEN "
-        "PERFORM pg_catalog.pg_sleep(0.7); END IF; RETURN NEW; END $$");
+        "PERFORM pg_catalog.pg_sleep(1.6); END IF; RETURN NEW; END $$");
     tx.exec(
         "CREATE TRIGGER slow_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
         "slow_claim()");
@@ -874,6 +874,38 @@ TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
   EXPECT_EQ(runs.size(), 4u);
   for (const auto& [id, times] : runs)
     EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+}
+
+TEST_F(Worker, AClaimLongerThanALeaseComesBackWhileTheLeaseIsRenewed) {
+  // A claim that takes longer than the lease it started in (a server whose cores are taken by
+  // producers; here a trigger makes claiming the job take 2.5 s, against a lease of 1.88 s of the
+  // leader's own) is not cut while the elector renews the lease: its answer is still of use. Cut
+  // at the lease's end as it stood when the claim was sent, it would be cut again on every try,
+  // and the job would never run.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.type = 'slow' AND OLD.state = 'available' AND NEW.state = 'running' THEN "
+        "PERFORM pg_catalog.pg_sleep(2.5); END IF; RETURN NEW; END $$");
+    tx.exec(
+        "CREATE TRIGGER slow_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
+        "slow_claim()");
+  }
+  std::atomic<int> runs{0};
+  auto config = test_config(schema_, "solo");
+  config.lock_ttl = std::chrono::seconds(2);
+  config.metrics_listen = "127.0.0.1:0";
+  RunningNode n(config, [&](Node& node) { node.handle("slow", [&](JobContext&) { ++runs; }); });
+  ASSERT_TRUE(wait_count(kLeading, 1, 20s));
+  const auto epoch = count("SELECT epoch FROM locks");
+  Client(database_url(), schema_).enqueue("slow", {});
+  EXPECT_TRUE(wait_count("SELECT count(*) FROM job_history", 1, 20s))
+      << "the job never ran: its claim was cut at the lease's end, again and again";
+  EXPECT_EQ(count("SELECT epoch FROM locks"), epoch) << "the leader changed";
+  EXPECT_EQ(runs.load(), 1);
+  const auto page = scrape(n.node().metrics_address());
+  EXPECT_EQ(metric_sum(page, "baton_claims_cut_total{reason=\"lease_end\"}"), 0) << page;
 }
 
 TEST_F(Worker, AClaimThatWaitsOutAHeldRowIsCountedAndTheOtherJobsRun) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <pqxx/connection_base>
@@ -41,6 +42,11 @@ class CallWatch {
   // Watches a call on `conn` until the guard is destroyed. A connection without a socket is not
   // watched.
   [[nodiscard]] Armed arm(pqxx::connection_base& conn, Clock::time_point deadline, Owner owner);
+  // The same, with a deadline that may move: when `deadline` passes, `later()` (called on the
+  // watchdog's thread, under its lock: it must be quick and must not arm or disarm) gives the
+  // call's deadline now; the call is cut only once that has passed too.
+  [[nodiscard]] Armed arm(pqxx::connection_base& conn, Clock::time_point deadline, Owner owner,
+                          std::function<Clock::time_point()> later);
   [[nodiscard]] Armed arm(pqxx::connection_base& conn, std::chrono::milliseconds budget,
                           Owner owner) {
     return arm(conn, Clock::now() + budget, owner);
