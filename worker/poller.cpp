@@ -429,12 +429,14 @@ std::chrono::steady_clock::time_point Poller::call_bound(
 }
 
 detail::CallWatch::Armed Poller::watch(Run& run, std::chrono::steady_clock::time_point bound) {
+  // Two pointers: std::function keeps them without allocating, once per call on the claim path.
+  // The watchdog reads watch_bound under its lock, which arm() and disarming also take.
+  run.watch_bound = bound;
   return detail::CallWatch::instance().arm(
-      *run.conn, std::min(lease_.deadline(), bound), detail::owner_of(&run),
-      [this, epoch = run.epoch, bound] {
+      *run.conn, std::min(lease_.deadline(), bound), detail::owner_of(&run), [this, &run] {
         const auto end = lease_.deadline();
-        return lease_.epoch() == epoch ? std::min(end, bound)
-                                       : std::chrono::steady_clock::time_point{};
+        return lease_.epoch() == run.epoch ? std::min(end, run.watch_bound)
+                                           : std::chrono::steady_clock::time_point{};
       });
 }
 
