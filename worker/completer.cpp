@@ -152,6 +152,7 @@ void Completer::loop() {
     }
     lock.unlock();
     bool ok = true;
+    const auto began = std::chrono::steady_clock::now();
     try {
       write(done, failed, released);
       if (reported) spdlog::info("completer: database reachable again");
@@ -162,8 +163,16 @@ void Completer::loop() {
       conn_.reset();
       if (observer_ != nullptr) observer_->database_error("completer");
       if (!reported) {
-        spdlog::error("completer: could not record {} outcomes ({}); retrying", in_flight_,
-                      detail::scrub(e.what()));
+        // A write the call watch cut fails as a lost connection: say what happened instead.
+        if (std::chrono::steady_clock::now() - began >= kWriteDeadline) {
+          spdlog::error(
+              "completer: a write of {} outcomes was still running after {}s and was cut (the "
+              "server is stalled or too busy to keep up); retrying",
+              in_flight_, kWriteDeadline.count());
+        } else {
+          spdlog::error("completer: could not record {} outcomes ({}); retrying", in_flight_,
+                        detail::scrub(e.what()));
+        }
         reported = true;
       }
     }
