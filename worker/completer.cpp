@@ -68,6 +68,7 @@ void Completer::add(detail::Completion done) {
   {
     std::lock_guard lock(mutex_);
     done_.push_back(std::move(done));
+    order_.push_back(Kind::done);
     ++added_;
     if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
@@ -78,6 +79,7 @@ void Completer::add(detail::Failure failed) {
   {
     std::lock_guard lock(mutex_);
     failed_.push_back(std::move(failed));
+    order_.push_back(Kind::failed);
     ++added_;
     if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
@@ -88,6 +90,7 @@ void Completer::add(detail::Release released) {
   {
     std::lock_guard lock(mutex_);
     released_.push_back(released);
+    order_.push_back(Kind::released);
     ++added_;
     if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
   }
@@ -125,20 +128,10 @@ void Completer::loop() {
     cv_.wait(lock, [&] {
       return stopping_ || queued() > 0 || !done.empty() || !failed.empty() || !released.empty();
     });
-    // Take everything queued; what failed to write last time is still in done/failed/released.
-    taken_ += queued();
-    if (done.empty()) {
-      done.swap(done_);
-    } else {
-      for (auto& d : done_)
-        done.push_back(std::move(d));
-      done_.clear();
-    }
-    for (auto& f : failed_)
-      failed.push_back(std::move(f));
-    failed_.clear();
-    released.insert(released.end(), released_.begin(), released_.end());
-    released_.clear();
+    // What failed to write last time is still in done/failed/released; the oldest queued
+    // outcomes join it, up to a write's size.
+    const std::size_t carried = done.size() + failed.size() + released.size();
+    take(carried < kMaxWrite ? kMaxWrite - carried : 0, done, failed, released);
     in_flight_ = done.size() + failed.size() + released.size();
     if (in_flight_ == 0) {
       settled_ = taken_;
@@ -188,7 +181,12 @@ void Completer::loop() {
       spdlog::error(
           "completer: gave up on {} outcomes at shutdown; their jobs stay running "
           "until the next leader rescues them",
-          in_flight_);
+          in_flight_ + queued());
+      taken_ += queued();
+      done_.clear();
+      failed_.clear();
+      released_.clear();
+      order_.clear();
       in_flight_ = 0;
       settled_ = taken_;
       exited_ = true;
@@ -197,6 +195,37 @@ void Completer::loop() {
     }
     cv_.wait_for(lock, backoff.next());
   }
+}
+
+void Completer::take(std::size_t n, std::vector<detail::Completion>& done,
+                     std::vector<detail::Failure>& failed, std::vector<detail::Release>& released) {
+  n = std::min(n, queued());
+  if (n == 0) return;
+  taken_ += n;
+  if (n == queued() && done.empty()) {
+    // All of it (the usual case): no copy of the completions.
+    done.swap(done_);
+    failed.insert(failed.end(), std::make_move_iterator(failed_.begin()),
+                  std::make_move_iterator(failed_.end()));
+    failed_.clear();
+    released.insert(released.end(), released_.begin(), released_.end());
+    released_.clear();
+    order_.clear();
+    return;
+  }
+  // The first n added are the first of each kind, as many of each as the first n hold.
+  std::size_t of[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < n; ++i)
+    ++of[static_cast<std::size_t>(order_[i])];
+  order_.erase(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n));
+  auto move_front = [](auto& from, auto& to, std::size_t count) {
+    const auto end = from.begin() + static_cast<std::ptrdiff_t>(count);
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(end));
+    from.erase(from.begin(), end);
+  };
+  move_front(done_, done, of[static_cast<std::size_t>(Kind::done)]);
+  move_front(failed_, failed, of[static_cast<std::size_t>(Kind::failed)]);
+  move_front(released_, released, of[static_cast<std::size_t>(Kind::released)]);
 }
 
 void Completer::write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,

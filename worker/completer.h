@@ -1,5 +1,7 @@
 // Completer: records job outcomes in the database in batches. Outcomes that arrive while a batch
-// is being written form the next batch, so batches grow with load and add no delay when idle.
+// is being written form the next batch, so batches grow with load and add no delay when idle, up
+// to kMaxWrite outcomes: a backlog is written oldest first in writes of that size, so that a
+// write's time stays bounded and a write cut at its deadline is not sent again any larger.
 // A batch that fails on a lost connection is kept and retried after reconnecting: an outcome is
 // dropped only at shutdown after the flush deadline, and then its job stays `running` until a
 // newer epoch rescues it, so nothing is lost. A batch that PostgreSQL refuses for its data is
@@ -23,6 +25,9 @@ namespace baton::worker {
 
 class Completer {
  public:
+  // The most outcomes one write (one transaction) carries.
+  static constexpr std::size_t kMaxWrite = 5'000;
+
   Completer(detail::ConnectOptions connect, detail::JobObserver* observer);
   ~Completer();
   Completer(const Completer&) = delete;
@@ -50,6 +55,9 @@ class Completer {
 
  private:
   void loop();
+  // Moves the oldest queued outcomes, up to `n`, onto the batch to write. Under mutex_.
+  void take(std::size_t n, std::vector<detail::Completion>& done,
+            std::vector<detail::Failure>& failed, std::vector<detail::Release>& released);
   // Writes the outcomes and empties the vectors; throws (leaving what is unwritten) when the
   // connection is lost.
   void write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
@@ -72,6 +80,10 @@ class Completer {
   std::vector<detail::Completion> done_;
   std::vector<detail::Failure> failed_;
   std::vector<detail::Release> released_;
+  // The kind of each queued outcome, in the order they were added: a write takes the oldest, so
+  // that wait_settled()'s mark counts a prefix of what was added.
+  enum class Kind : std::uint8_t { done, failed, released };
+  std::vector<Kind> order_;
   std::size_t in_flight_ = 0;  // taken out of the queues, not yet written
   std::uint64_t added_ = 0;    // outcomes ever added
   std::uint64_t taken_ = 0;    // of them, taken out of the queues

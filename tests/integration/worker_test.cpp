@@ -518,6 +518,95 @@ TEST_F(Worker, TheShardsOfANodeTakeTurnsToStartTheirClaimedJobs) {
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), 12);
 }
 
+TEST_F(Worker, ABacklogOfOutcomesIsWrittenOldestFirstInWritesOfBoundedSize) {
+  // Outcomes pile up while the database does not take them: here a lock on the history, in
+  // production a server too busy to keep up. Once it takes them again they are written oldest
+  // first, completions, retries and releases in the order they came, at most kMaxWrite to a
+  // transaction: one write of everything could outlast its deadline, and be cut and sent again
+  // larger each time.
+  constexpr int kJobs = 12'000;
+  static_assert(kJobs > 2 * baton::worker::Completer::kMaxWrite);
+  const std::string log = "\"" + schema_ + "\".written";
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, claimed_at, "
+        "first_started_at, claims) SELECT 'default', 'noop', 'running', 1, 1, 'solo', now(), "
+        "now(), 1 FROM generate_series(1, " +
+        std::to_string(kJobs) + ")");
+    // Which transaction wrote each outcome: a completion moves its job to the history, a retry or
+    // a release makes it available again.
+    tx.exec("CREATE TABLE " + log + " (xid bigint, id bigint)");
+    tx.exec(
+        "CREATE FUNCTION note_written() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO " +
+        log + " VALUES (txid_current(), NEW.id); RETURN NULL; END $$");
+    tx.exec(
+        "CREATE TRIGGER note_written AFTER INSERT ON job_history FOR EACH ROW EXECUTE FUNCTION "
+        "note_written()");
+    tx.exec(
+        "CREATE TRIGGER note_written AFTER UPDATE ON jobs FOR EACH ROW WHEN (NEW.state = "
+        "'available' AND OLD.state = 'running') EXECUTE FUNCTION note_written()");
+  }
+  std::vector<std::int64_t> ids;
+  {
+    pqxx::nontransaction tx(*db_);
+    for (const auto& row : tx.exec("SELECT id FROM jobs ORDER BY id"))
+      ids.push_back(row[0].as<std::int64_t>());
+  }
+  ASSERT_EQ(ids.size(), static_cast<std::size_t>(kJobs));
+  auto blocker = connect(schema_);
+  pqxx::work hold(*blocker);
+  hold.exec("LOCK TABLE job_history IN SHARE MODE");
+
+  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, nullptr);
+  completer.start();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i % 10 == 3) {
+      completer.add(baton::detail::Failure{.id = ids[i],
+                                           .epoch = 1,
+                                           .token = 1,
+                                           .attempt = 1,
+                                           .error = "try again",
+                                           .dead = false,
+                                           .reason = "",
+                                           .retry_delay_ms = 60'000});
+    } else if (i % 10 == 7) {
+      completer.add(baton::detail::Release{.id = ids[i], .epoch = 1, .token = 1});
+    } else {
+      completer.add(
+          baton::detail::Completion{.id = ids[i], .epoch = 1, .token = 1, .run_seconds = 0.001});
+    }
+  }
+  // The first write waits for the lock; everything else piles up behind it.
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = '\"" +
+                             schema_ + "\".job_history'::regclass",
+                         1));
+  EXPECT_EQ(completer.pending(), static_cast<std::size_t>(kJobs));
+  hold.commit();
+  ASSERT_TRUE(completer.wait_flushed(60s));
+  completer.stop(1s);
+
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), kJobs - 2 * (kJobs / 10));
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available'"), 2 * (kJobs / 10));
+  // Each write is a run of consecutive outcomes, following the one before.
+  pqxx::nontransaction tx(*db_);
+  const auto writes =
+      tx.exec("SELECT count(*), min(id), max(id) FROM " + log + " GROUP BY xid ORDER BY xid");
+  ASSERT_GE(writes.size(), 3u);
+  std::size_t next = 0;  // index in ids of the next outcome expected
+  for (const auto& w : writes) {
+    const auto n = w[0].as<std::size_t>();
+    EXPECT_LE(n, baton::worker::Completer::kMaxWrite);
+    ASSERT_LT(next, ids.size());
+    EXPECT_EQ(w[1].as<std::int64_t>(), ids[next]) << "a write did not start where the last ended";
+    ASSERT_LE(next + n, ids.size());
+    EXPECT_EQ(w[2].as<std::int64_t>(), ids[next + n - 1]) << "a write skipped an older outcome";
+    next += n;
+  }
+  EXPECT_EQ(next, ids.size());
+}
+
 TEST_F(Worker, AQueueNeverRunsMoreThanItsConcurrencyLimit) {
   std::atomic<int> slow{0}, fast{0}, most_slow{0}, most_fast{0};
   auto config = test_config(schema_, "solo");
