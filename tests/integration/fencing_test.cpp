@@ -409,6 +409,57 @@ TEST_F(Fencing, TheRescueLeavesAloneTheJobsThisNodeStillRuns) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running' AND claimed_epoch = 1"), 2);
 }
 
+TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatisticsSay) {
+  // The table's statistics were taken while the queue was empty, as on a system left idle; then
+  // a burst: 20,000 running jobs. With a join between the outcomes and the table, the planner took
+  // the table as one row and read every running job once per outcome (20 s for 5,000); the rescue
+  // read every running job every 2 s. Counted here in index entries and rows read.
+  constexpr int kRunning = 20'000;
+  constexpr int kDone = 5'000;
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("ALTER TABLE jobs SET (autovacuum_enabled = false)");
+    tx.exec("DELETE FROM jobs");
+    tx.exec("ANALYZE jobs");
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, attempts, claims, claimed_epoch, claimed_by, "
+        "claimed_at, first_started_at, claim_group) SELECT 'q', 'noop', 'running', 1, 1, 1, "
+        "'old', now(), now(), 'r/k' FROM generate_series(1, " +
+        std::to_string(kRunning) + ")");
+  }
+  ASSERT_EQ(count("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass"), 0);
+  // Rows read by sequential scans and entries read from indexes, as counted once this session's
+  // statistics are flushed.
+  auto reads = [&] {
+    pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
+    return count(
+        "SELECT coalesce(seq_tup_read, 0) + (SELECT "
+        "sum(idx_tup_read) FROM pg_stat_user_indexes i WHERE i.relid = t.relid) FROM "
+        "pg_stat_user_tables t WHERE t.relid = 'jobs'::regclass");
+  };
+  std::vector<detail::Completion> outcomes;
+  {
+    pqxx::nontransaction tx(*conn_);
+    // Newest first, and one job twice: an outcome of an older claim, which must be fenced.
+    for (const auto& row :
+         tx.exec("SELECT id FROM jobs ORDER BY id DESC LIMIT " + std::to_string(kDone)))
+      outcomes.push_back({row[0].as<std::int64_t>(), 1, 1, 0.1, "q", "noop"});
+  }
+  outcomes.push_back({outcomes[10].id, 1, 0, 0.1, "q", "noop"});
+  // The completer's session plans the completion once for every batch.
+  conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
+  const auto before = reads();
+  std::vector<std::int64_t> fenced;
+  EXPECT_EQ(detail::apply_outcomes(*conn_, outcomes, {}, &fenced, {}), std::size_t{kDone});
+  EXPECT_EQ(fenced, std::vector<std::int64_t>{outcomes[10].id});
+  EXPECT_EQ(rescue("old", 1).requeued, 0u);
+  const auto read = reads() - before;
+  EXPECT_LE(read, kDone + 100) << "read " << read << " rows and index entries to complete " << kDone
+                               << " jobs and find none lost among " << kRunning - kDone;
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), kDone);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), kRunning - kDone);
+}
+
 TEST_F(Fencing, AClaimSkipsRowsAnotherTransactionHoldsWhenAsked) {
   auto operator_conn = detail::connect({.url = database_url(), .schema = schema_});
   pqxx::work held(*operator_conn);
