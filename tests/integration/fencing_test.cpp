@@ -413,8 +413,8 @@ TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatistics
   // The table's statistics were taken while the queue was empty, as on a system left idle; then
   // a burst: 20,000 running jobs. With a join between the outcomes and the table, the planner took
   // the table as one row and read every running job once per outcome (20 s for 5,000); the rescues
-  // read every running job every 2 s, or ran their search again for each (14 s). Counted here in
-  // index entries and rows read.
+  // read every running job every 2 s, or ran their search again for each (14 s); a claim read every
+  // waiting job. Counted here in index entries and rows read.
   constexpr int kRunning = 20'000;
   constexpr int kDone = 5'000;
   {
@@ -428,6 +428,12 @@ TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatistics
         "1, 1, 1, 'old', now(), now(), 'r/k', CASE WHEN i % 200 = 0 THEN 3600000 END FROM "
         "generate_series(1, " +
         std::to_string(kRunning) + ") i");
+  }
+  {
+    // And a backlog waiting behind them.
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("INSERT INTO jobs (queue, type) SELECT 'q', 'noop' FROM generate_series(1, " +
+            std::to_string(kRunning / 2) + ")");
   }
   ASSERT_EQ(count("SELECT reltuples FROM pg_class WHERE oid = 'jobs'::regclass"), 0);
   // Rows read by sequential scans and entries read from indexes, as counted once this session's
@@ -444,7 +450,8 @@ TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatistics
     pqxx::nontransaction tx(*conn_);
     // Newest first, and one job twice: an outcome of an older claim, which must be fenced.
     for (const auto& row :
-         tx.exec("SELECT id FROM jobs ORDER BY id DESC LIMIT " + std::to_string(kDone)))
+         tx.exec("SELECT id FROM jobs WHERE state = 'running' ORDER BY id DESC LIMIT " +
+                 std::to_string(kDone)))
       outcomes.push_back({row[0].as<std::int64_t>(), 1, 1, 0.1, "q", "noop"});
   }
   outcomes.push_back({outcomes[10].id, 1, 0, 0.1, "q", "noop"});
@@ -457,12 +464,15 @@ TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatistics
   EXPECT_EQ(rescue("old", 1).requeued, 0u);
   // 100 jobs have a timeout, an hour away: the hung-job rescue reads those.
   EXPECT_EQ(detail::rescue_timed_out(*conn_, as("old", 1), 1000), 0u);
+  // A claim of 10 reads about 10 waiting jobs.
+  EXPECT_EQ(claim("old", 1).size(), 10u);
   const auto read = reads() - before;
   EXPECT_LE(read, kDone + 2 * 100 + 100)
       << "read " << read << " rows and index entries to complete " << kDone
-      << " jobs and find none lost among " << kRunning - kDone;
+      << " jobs, find none lost among " << kRunning - kDone << " and claim 10 of " << kRunning / 2
+      << " waiting";
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), kDone);
-  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), kRunning - kDone);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), kRunning - kDone + 10);
 }
 
 TEST_F(Fencing, AClaimSkipsRowsAnotherTransactionHoldsWhenAsked) {
