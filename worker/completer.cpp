@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_set>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
@@ -264,14 +264,21 @@ void Completer::apply(std::vector<detail::Completion>& done, std::vector<detail:
                  sent - applied, sent);
     if (observer_ != nullptr) {
       // Count them by queue and type.
+      // (A job may be fenced twice: two outcomes of two claims in one write.)
       std::map<std::pair<std::string, std::string>, std::size_t> by_kind;
-      const std::unordered_set<std::int64_t> ids(fenced.begin(), fenced.end());
-      for (const auto& d : done) {
-        if (ids.count(d.id) != 0) ++by_kind[{d.queue, d.type}];
-      }
-      for (const auto& f : failed) {
-        if (ids.count(f.id) != 0) ++by_kind[{f.queue, f.type}];
-      }
+      std::unordered_map<std::int64_t, std::size_t> times;
+      for (const auto id : fenced)
+        ++times[id];
+      auto count = [&](std::int64_t id, const std::string& queue, const std::string& type) {
+        const auto it = times.find(id);
+        if (it == times.end() || it->second == 0) return;
+        --it->second;
+        ++by_kind[{queue, type}];
+      };
+      for (const auto& d : done)
+        count(d.id, d.queue, d.type);
+      for (const auto& f : failed)
+        count(f.id, f.queue, f.type);
       for (const auto& [kind, n] : by_kind)
         observer_->jobs_fenced(kind.first, kind.second, n);
     }

@@ -1,7 +1,8 @@
 // Completer: records job outcomes in the database in batches. Outcomes that arrive while a batch
 // is being written form the next batch, so batches grow with load and add no delay when idle, up
-// to kMaxWrite outcomes: a backlog is written oldest first in writes of that size, so that a
-// write's time stays bounded and a write cut at its deadline is not sent again any larger.
+// to kMaxWrite outcomes: a backlog is written oldest first in writes of at most that size, so
+// that a write's time stays bounded, and a write cut at its deadline is sent again topped up to
+// that size at most, not with everything gathered meanwhile.
 // A batch that fails on a lost connection is kept and retried after reconnecting: an outcome is
 // dropped only at shutdown after the flush deadline, and then its job stays `running` until a
 // newer epoch rescues it, so nothing is lost. A batch that PostgreSQL refuses for its data is

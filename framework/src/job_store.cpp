@@ -558,8 +558,9 @@ bool complete_in(pqxx::work& tx, const Completion& done) {
 namespace {
 
 // The outcomes in id order, one per job, as the statements look an id's values up by its place in
-// the list. Of two outcomes for one job, the later claim's is kept: the other belongs to a claim
-// the job has left, and goes to `stale`.
+// the list. Of two outcomes for one job, the later claim's is kept (the higher token: a job's
+// claims only ever count up, while epochs are per lock group and a job can change groups): the
+// other belongs to a claim the job has left, and goes to `stale`.
 template <typename Outcome>
 std::vector<const Outcome*> by_id(const std::vector<Outcome>& all,
                                   std::vector<const Outcome*>& stale) {
@@ -568,7 +569,7 @@ std::vector<const Outcome*> by_id(const std::vector<Outcome>& all,
   for (const auto& o : all)
     sorted.push_back(&o);
   std::sort(sorted.begin(), sorted.end(), [](const Outcome* a, const Outcome* b) {
-    return std::tie(a->id, a->epoch, a->token) < std::tie(b->id, b->epoch, b->token);
+    return std::tie(a->id, a->token, a->epoch) < std::tie(b->id, b->token, b->epoch);
   });
   std::vector<const Outcome*> kept;
   kept.reserve(sorted.size());
