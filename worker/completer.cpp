@@ -202,21 +202,16 @@ void Completer::take(std::size_t n, std::vector<detail::Completion>& done,
   n = std::min(n, queued());
   if (n == 0) return;
   taken_ += n;
-  if (n == queued() && done.empty()) {
-    // All of it (the usual case): no copy of the completions.
-    done.swap(done_);
-    failed.insert(failed.end(), std::make_move_iterator(failed_.begin()),
-                  std::make_move_iterator(failed_.end()));
-    failed_.clear();
-    released.insert(released.end(), released_.begin(), released_.end());
-    released_.clear();
-    order_.clear();
-    return;
-  }
   // The first n added are the first of each kind, as many of each as the first n hold.
   std::size_t of[3] = {0, 0, 0};
-  for (std::size_t i = 0; i < n; ++i)
-    ++of[static_cast<std::size_t>(order_[i])];
+  if (n == queued()) {
+    of[static_cast<std::size_t>(Kind::done)] = done_.size();
+    of[static_cast<std::size_t>(Kind::failed)] = failed_.size();
+    of[static_cast<std::size_t>(Kind::released)] = released_.size();
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      ++of[static_cast<std::size_t>(order_[i])];
+  }
   order_.erase(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n));
   auto move_front = [](auto& from, auto& to, std::size_t count) {
     const auto end = from.begin() + static_cast<std::ptrdiff_t>(count);

@@ -13,6 +13,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -78,13 +79,14 @@ class Completer {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::condition_variable flushed_cv_;
-  std::vector<detail::Completion> done_;
-  std::vector<detail::Failure> failed_;
-  std::vector<detail::Release> released_;
+  // Queues (deques: a write takes from the front, and a backlog after a stall may hold millions).
+  std::deque<detail::Completion> done_;
+  std::deque<detail::Failure> failed_;
+  std::deque<detail::Release> released_;
   // The kind of each queued outcome, in the order they were added: a write takes the oldest, so
   // that wait_settled()'s mark counts a prefix of what was added.
   enum class Kind : std::uint8_t { done, failed, released };
-  std::vector<Kind> order_;
+  std::deque<Kind> order_;
   std::size_t in_flight_ = 0;  // taken out of the queues, not yet written
   std::uint64_t added_ = 0;    // outcomes ever added
   std::uint64_t taken_ = 0;    // of them, taken out of the queues
