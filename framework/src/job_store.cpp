@@ -162,20 +162,29 @@ leaderless AS (
 -- row and joined it as the outer side, reading every running job each time (3 s at 190k running
 -- jobs, every 2 s, while nothing was lost).
 candidates AS (
-  SELECT id FROM jobs
+  SELECT id, claims FROM jobs
    WHERE state = 'running' AND claim_group = $1 AND claimed_epoch < $2
      AND NOT (id = ANY ($3::bigint[]))
   UNION ALL
-  SELECT id FROM jobs
+  SELECT id, claims FROM jobs
    WHERE state = 'running' AND claim_group = ANY (ARRAY(SELECT g FROM leaderless))
   UNION ALL
   -- A running job without a group (written by hand): no lease holds it.
-  SELECT id FROM jobs WHERE state = 'running' AND claim_group IS NULL),
+  SELECT id, claims FROM jobs WHERE state = 'running' AND claim_group IS NULL),
+-- Each candidate's claim count, at the candidate's place in the sorted id list.
+listed AS (
+  SELECT array_agg(id ORDER BY id) AS ids, array_agg(claims ORDER BY id) AS claims
+    FROM candidates),
+-- Locked only as the claim that was found lost: a row changed since this statement's snapshot
+-- is checked again on its new version, and a job requeued and claimed again meanwhile (by
+-- another node's rescue, then its group's new leader) is a live run, whatever its state and
+-- group say. The claim count tells: it grows with every claim and is never reset.
 -- (`<> 'available'`, as for outcomes: the running index's statistics would make its whole scan
 -- look cheaper than the list.)
 stale AS (
   SELECT id, %f AS fate FROM jobs j
-   WHERE state <> 'available' AND id = ANY (ARRAY(SELECT id FROM candidates))
+   WHERE state <> 'available' AND id = ANY ((SELECT ids FROM listed)::bigint[])
+     AND claims = (SELECT l.claims FROM listed l)[width_bucket(id, (SELECT ids FROM listed))]
    FOR UPDATE SKIP LOCKED),
 gone AS (
   DELETE FROM jobs j WHERE j.id = ANY (ARRAY(SELECT id FROM stale WHERE fate <> 'requeue'))

@@ -306,6 +306,72 @@ TEST_F(Fencing, TheRescueFindsLeaderlessGroupsOnEitherSideOfItsOwnAndOnlyThose) 
             0);
 }
 
+TEST_F(Fencing, TheRescueLeavesAJobThatWasRequeuedAndClaimedAgainAfterItLooked) {
+  // Group r/k's lease ran out with many jobs running; r/m rescues them. While r/m's rescue
+  // locks them one by one (in id order, the last job last), another node requeues the last job
+  // and r/k's new leader claims it again: a live run, which the rescue must leave alone though
+  // its row still says running in group r/k, the group the rescue found without a leader.
+  constexpr int kJobs = 60000;
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("UPDATE locks SET expires_at = now() - interval '1 hour'");
+    tx.exec(
+        "INSERT INTO locks (lock_key, region, client_id, epoch, expires_at) "
+        "VALUES ('m', 'r', 'me', 7, now() + interval '1 minute')");
+    tx.exec("DELETE FROM jobs");
+    tx.exec_params(
+        "INSERT INTO jobs (queue, type, state, claim_group, claimed_epoch, claimed_by, "
+        "claimed_at, attempts, claims) SELECT 'q', 'noop', 'running', 'r/k', 1, 'old', now(), 1, "
+        "1 FROM generate_series(1, $1)",
+        kJobs);
+    tx.exec("ANALYZE jobs");
+  }
+  const auto last = count("SELECT max(id) FROM jobs");
+  const auto before_last = count("SELECT max(id) FROM jobs WHERE id < " + std::to_string(last));
+  auto other = detail::connect({.url = database_url(), .schema = schema_});
+  auto xmax = [&](long long id) {
+    return count("SELECT xmax::text::bigint FROM jobs WHERE id = " + std::to_string(id));
+  };
+  bool in_window = false;
+  std::thread rescuer([&] {
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    detail::rescue_lost(*conn, as("me", 7), {}, std::chrono::seconds(30));
+  });
+  {
+    // Once the rescue locks its first job, its snapshot is taken: the requeue and the new claim
+    // land after it, and before the rescue reaches the last job if the one before is not yet
+    // locked once they committed.
+    const auto first = count("SELECT min(id) FROM jobs");
+    const bool started = wait_for([&] { return xmax(first) != 0; }, 30s, 1ms);
+    if (started) {
+      pqxx::work tx(*other);
+      tx.exec_params("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE NOWAIT", last);
+      tx.exec_params(
+          "UPDATE jobs SET state = 'available', claimed_by = NULL, claimed_at = NULL "
+          "WHERE id = $1",
+          last);
+      tx.commit();
+      pqxx::nontransaction(*other).exec(
+          "UPDATE locks SET client_id = 'new', epoch = 2, expires_at = now() + interval '1 "
+          "minute' WHERE lock_key = 'k'");
+      const auto again = detail::claim_jobs(*other, {{"k", "r"}, "new", 2}, 10, {{}, {}, {"noop"}});
+      in_window = again.size() == 1 && again[0].job.id == last && xmax(before_last) == 0;
+    }
+  }
+  rescuer.join();
+  ASSERT_TRUE(in_window) << "the requeue and the new claim did not land while the rescue ran "
+                            "(before it reached the last job)";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND id <> " +
+                  std::to_string(last)),
+            kJobs - 1)
+      << "the rescue did not requeue the lost jobs";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE id = " + std::to_string(last) +
+                  " AND state = 'running' AND claimed_by = 'new' AND claimed_epoch = 2"),
+            1)
+      << "the rescue requeued a job that r/k's new leader had claimed again after the rescue "
+         "looked: its run goes on, but it will run once more";
+}
+
 TEST_F(Fencing, AClaimAfterAPlaceInClaimOrderTakesOnlyTheJobsAfterIt) {
   {
     pqxx::nontransaction tx(*conn_);
