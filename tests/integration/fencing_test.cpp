@@ -307,7 +307,7 @@ TEST_F(Fencing, TheRescueFindsLeaderlessGroupsOnEitherSideOfItsOwnAndOnlyThose) 
 }
 
 TEST_F(Fencing, TheRescueLeavesAJobThatWasRequeuedAndClaimedAgainAfterItLooked) {
-  // Group r/k's lease ran out with many jobs running; r/m rescues them. While r/m's rescue
+  // Group r/k's lease ran out with many jobs running; group r/m rescues them. While its rescue
   // locks them one by one (in id order, the last job last), another node requeues the last job
   // and r/k's new leader claims it again: a live run, which the rescue must leave alone though
   // its row still says running in group r/k, the group the rescue found without a leader.
@@ -333,17 +333,21 @@ TEST_F(Fencing, TheRescueLeavesAJobThatWasRequeuedAndClaimedAgainAfterItLooked) 
     return count("SELECT xmax::text::bigint FROM jobs WHERE id = " + std::to_string(id));
   };
   bool in_window = false;
+  std::string failed;  // what went wrong on either side, which must not end the thread early
   std::thread rescuer([&] {
-    auto conn = detail::connect({.url = database_url(), .schema = schema_});
-    detail::rescue_lost(*conn, as("me", 7), {}, std::chrono::seconds(30));
+    try {
+      auto conn = detail::connect({.url = database_url(), .schema = schema_});
+      detail::rescue_lost(*conn, {{"m", "r"}, "me", 7}, {}, std::chrono::seconds(30));
+    } catch (const std::exception& e) {
+      failed += std::string("the rescue failed: ") + e.what();
+    }
   });
-  {
+  try {
     // Once the rescue locks its first job, its snapshot is taken: the requeue and the new claim
     // land after it, and before the rescue reaches the last job if the one before is not yet
     // locked once they committed.
     const auto first = count("SELECT min(id) FROM jobs");
-    const bool started = wait_for([&] { return xmax(first) != 0; }, 30s, 1ms);
-    if (started) {
+    if (wait_for([&] { return xmax(first) != 0; }, 30s, 1ms)) {
       pqxx::work tx(*other);
       tx.exec_params("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE NOWAIT", last);
       tx.exec_params(
@@ -357,8 +361,11 @@ TEST_F(Fencing, TheRescueLeavesAJobThatWasRequeuedAndClaimedAgainAfterItLooked) 
       const auto again = detail::claim_jobs(*other, {{"k", "r"}, "new", 2}, 10, {{}, {}, {"noop"}});
       in_window = again.size() == 1 && again[0].job.id == last && xmax(before_last) == 0;
     }
+  } catch (const std::exception& e) {
+    failed += std::string(" the requeue and claim failed: ") + e.what();
   }
   rescuer.join();
+  ASSERT_EQ(failed, "");
   ASSERT_TRUE(in_window) << "the requeue and the new claim did not land while the rescue ran "
                             "(before it reached the last job)";
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND id <> " +
