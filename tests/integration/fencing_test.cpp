@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <thread>
 
@@ -60,16 +61,20 @@ class Fencing : public ::testing::Test {
     race.first = query_int(*conn_, "SELECT min(id) FROM jobs");
     other_tx.exec_params(update, race.first);
     lead(node, epoch);
+    // The claim's own session, by its pid: other tests' claims may wait on the same server.
+    std::atomic<int> claimer_pid{0};
     std::thread claimer([&] {
       auto conn = detail::connect({.url = database_url(), .schema = schema_});
       pqxx::nontransaction(*conn).exec("SET enable_seqscan = off");
+      claimer_pid = conn->backendpid();
       race.taken = detail::claim_jobs(*conn, as(node, epoch), 10, {{}, {}, {"noop"}});
     });
     race.waited = wait_for(
         [&] {
           return count(
                      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                     "AND query LIKE '%UPDATE jobs j%'") == 1;
+                     "AND query LIKE '%UPDATE jobs j%' AND pid = " +
+                     std::to_string(claimer_pid.load())) == 1;
         },
         10s);
     other_tx.commit();
