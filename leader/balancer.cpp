@@ -153,8 +153,7 @@ void Balancer::loop() {
       conn.reset();
       if (stopping_.load()) break;
       if (!reported) {
-        spdlog::warn("balancer: {}; retrying with backoff",
-                     detail::one_line(detail::scrub(e.what())));
+        spdlog::warn("balancer: {}; retrying with backoff", detail::failure_text(e));
         reported = true;
       }
       waker_.wait(-1, backoff.next_jittered());

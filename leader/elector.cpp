@@ -454,7 +454,7 @@ void Elector::heartbeat_loop() {
       }
       if (!reported_down) {
         spdlog::error("election connection failed: {}; reconnecting with backoff",
-                      detail::one_line(detail::scrub(e.what())));
+                      detail::failure_text(e));
         reported_down = true;
       }
       wait(-1, backoff.next_jittered());
@@ -474,7 +474,7 @@ void Elector::heartbeat_loop() {
         release(*conn, held_epoch, RevokeReason::shutting_down, true);
       } catch (const std::exception& e) {
         spdlog::warn("could not release leadership cleanly ({}); closing the session frees it",
-                     detail::one_line(detail::scrub(e.what())));
+                     detail::failure_text(e));
       }
     }
   }

@@ -164,7 +164,7 @@ void Completer::loop() {
               in_flight_, kWriteDeadline.count());
         } else {
           spdlog::error("completer: could not record {} outcomes ({}); retrying", in_flight_,
-                        detail::scrub(e.what()));
+                        detail::failure_text(e));
         }
         reported = true;
       }

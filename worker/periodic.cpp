@@ -82,8 +82,8 @@ void PeriodicService::loop(Run& run) {
       if (!stopping) {
         if (errors_ != nullptr) errors_->database_error(name_);
         if (!failing) {
-          spdlog::error("{}: {}; retrying every {}ms", name_,
-                        detail::one_line(detail::scrub(e.what())), interval_.count());
+          spdlog::error("{}: {}; retrying every {}ms", name_, detail::failure_text(e),
+                        interval_.count());
         }
         failing = true;
       }

@@ -676,8 +676,7 @@ bool Poller::loop(Run& run, std::atomic<bool>& in_job) {
       if (run.stopping.load()) break;  // cut at the end of leadership: nothing to report
       if (observer_ != nullptr) observer_->database_error("poller");
       if (!run.reported) {
-        spdlog::error("poller: {}; retrying with backoff",
-                      detail::one_line(detail::scrub(e.what())));
+        spdlog::error("poller: {}; retrying with backoff", detail::failure_text(e));
         run.reported = true;
       }
       if (run.kept && !run_kept_here(run, in_job)) return true;

@@ -9,10 +9,21 @@
 #include <functional>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "baton/detail/db.h"
+#include "baton/detail/text.h"
+
 namespace baton::detail {
+
+namespace {
+// This thread's last watched call, and how it ended once disarmed.
+thread_local std::uint64_t last_call_id = 0;
+thread_local CallWatch::Ending last_ending = CallWatch::Ending::none;
+}  // namespace
 
 struct CallWatch::State {
   struct Call {
@@ -22,6 +33,7 @@ struct CallWatch::State {
     Owner owner;
     std::function<Clock::time_point()> later;  // may move the deadline (empty: fixed)
     bool cut = false;
+    bool aborted = false;  // cut by abort(), not at its deadline
   };
   std::mutex mutex;
   std::condition_variable cv;
@@ -69,6 +81,8 @@ CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point d
 
 CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point deadline,
                                 Owner owner, std::function<Clock::time_point()> later) {
+  last_call_id = 0;
+  last_ending = Ending::none;
   const int fd = conn.sock();
   if (fd < 0) return Armed();
   auto& s = *state_;
@@ -79,8 +93,12 @@ CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point d
     id = s.next_id++;
     earliest = deadline < s.wakes_at;
     s.calls.push_back({id, fd, deadline, owner, std::move(later)});
-    if (s.aborting.count(owner) != 0) s.cut_call(s.calls.back());
+    if (s.aborting.count(owner) != 0) {
+      s.calls.back().aborted = true;
+      s.cut_call(s.calls.back());
+    }
   }
+  last_call_id = id;
   if (earliest) s.cv.notify_all();
   return Armed(id);
 }
@@ -88,6 +106,11 @@ CallWatch::Armed CallWatch::arm(pqxx::connection_base& conn, Clock::time_point d
 void CallWatch::disarm(std::uint64_t id) {
   std::lock_guard lock(state_->mutex);
   auto& calls = state_->calls;
+  if (id == last_call_id) {
+    for (const auto& c : calls) {
+      if (c.id == id && c.cut) last_ending = c.aborted ? Ending::aborted : Ending::deadline;
+    }
+  }
   calls.erase(
       std::remove_if(calls.begin(), calls.end(), [id](const State::Call& c) { return c.id == id; }),
       calls.end());
@@ -97,7 +120,10 @@ void CallWatch::abort(Owner owner) {
   std::lock_guard lock(state_->mutex);
   state_->aborting.insert(owner);
   for (auto& c : state_->calls) {
-    if (c.owner == owner) state_->cut_call(c);
+    if (c.owner == owner && !c.cut) {
+      c.aborted = true;
+      state_->cut_call(c);
+    }
   }
 }
 
@@ -114,6 +140,45 @@ bool CallWatch::aborting(Owner owner) const {
 
 std::uint64_t CallWatch::cut() const {
   return state_->cut_count.load(std::memory_order_relaxed);
+}
+
+CallWatch::Ending CallWatch::last_call_ending() {
+  Ending ending = std::exchange(last_ending, Ending::none);
+  if (last_call_id != 0) {
+    // Still armed (the guard outlives the failed call): ask the watch.
+    std::lock_guard lock(state_->mutex);
+    for (const auto& c : state_->calls) {
+      if (c.id == last_call_id && c.cut) ending = c.aborted ? Ending::aborted : Ending::deadline;
+    }
+  }
+  last_call_id = 0;
+  return ending;
+}
+
+void CallWatch::forget_last_call() {
+  last_call_id = 0;
+  last_ending = Ending::none;
+}
+
+std::string failure_text(const std::exception& e) {
+  const auto ending = CallWatch::instance().last_call_ending();
+  if (is_connection_error(e)) {
+    if (ending == CallWatch::Ending::deadline) {
+      return "the call was cut at its deadline: the database, or the network to it, answered "
+             "too slowly";
+    }
+    if (ending == CallWatch::Ending::aborted) {
+      return "the call was cut as the node stopped or its leadership ended";
+    }
+    // libpqxx's word for a connection that libpq already found closed (reading a notification,
+    // say) when the next call starts: the reason went with that earlier read.
+    if (std::string_view(e.what()).find("Could not obtain client encoding") !=
+        std::string_view::npos) {
+      return "the connection to the database was lost (the server ended the session: a restart, "
+             "a failover, a terminated backend; or the network dropped it)";
+    }
+  }
+  return one_line(scrub(e.what()));
 }
 
 void CallWatch::loop() {

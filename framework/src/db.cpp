@@ -119,6 +119,7 @@ void validate_schema_name(std::string_view name) {
 }
 
 std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
+  CallWatch::forget_last_call();
   validate_schema_name(o.schema);
   auto conn = std::make_unique<pqxx::connection>(build_conninfo(o));
   if (!o.session_settings) return conn;
@@ -163,6 +164,7 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& options,
     std::unique_ptr<pqxx::connection> conn;
     std::exception_ptr error;
   };
+  CallWatch::forget_last_call();
   auto& watch = CallWatch::instance();
   if (watch.aborting(abort_owner)) {
     throw pqxx::broken_connection("not connecting: the component is stopping");

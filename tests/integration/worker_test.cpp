@@ -1091,6 +1091,93 @@ TEST_F(Worker, ACallCutAtItsDeadlineEndsOnTheServer) {
       << "the cut session (pid " << pid << ") still runs its statement on the server";
 }
 
+// libpq reports a call the watch cut as a lost connection ("Could not obtain client encoding:
+// not connected."): the node's log says instead that the call was cut, and why. Any other
+// failure keeps its own text, and so does one after a new connection whose last call was cut.
+TEST_F(Worker, CutCallsAndEndedSessionsAreLoggedAsSuchAndOtherFailuresAsThemselves) {
+  namespace detail = baton::detail;
+  auto& watch = detail::CallWatch::instance();
+  auto failure = [&](pqxx::connection& conn, const std::string& sql,
+                     std::chrono::milliseconds budget, detail::CallWatch::Owner owner) {
+    auto armed = watch.arm(conn, budget, owner);
+    try {
+      pqxx::nontransaction(conn).exec(sql);
+    } catch (const std::exception& e) {
+      return detail::failure_text(e);
+    }
+    return std::string("no failure");
+  };
+  int owner = 0;
+  {
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    const auto text =
+        failure(*conn, "SELECT pg_catalog.pg_sleep(60)", 300ms, detail::owner_of(&owner));
+    EXPECT_NE(text.find("cut at its deadline"), std::string::npos) << text;
+  }
+  {
+    // Cut by an abort (leadership ended, shutdown) while the statement runs on the server.
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    const auto pid = detail::server_session(*conn).pid;
+    std::thread aborter([&] {
+      wait_for(
+          [&] {
+            return count(
+                       "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                       "AND pid = " +
+                       std::to_string(pid)) == 1;
+          },
+          10s);
+      watch.abort(detail::owner_of(&owner));
+    });
+    const auto text =
+        failure(*conn, "SELECT pg_catalog.pg_sleep(60)", 60s, detail::owner_of(&owner));
+    aborter.join();
+    watch.end_abort(detail::owner_of(&owner));
+    EXPECT_NE(text.find("cut as the node stopped or its leadership ended"), std::string::npos)
+        << text;
+  }
+  {
+    // Not cut: the server's own error.
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    const auto text = failure(*conn, "SELECT 1 / 0", 60s, detail::owner_of(&owner));
+    EXPECT_NE(text.find("division by zero"), std::string::npos) << text;
+    // A cut not logged (a loop reports only its first failure), then a new connection that
+    // fails: that failure is the connection's, not the cut call's.
+    {
+      auto armed = watch.arm(*conn, 300ms, detail::owner_of(&owner));
+      EXPECT_THROW(pqxx::nontransaction(*conn).exec("SELECT pg_catalog.pg_sleep(60)"),
+                   std::exception);
+    }
+    std::string refused;
+    try {
+      detail::connect({.url = "postgresql://postgres@127.0.0.1:1/postgres?connect_timeout=5",
+                       .schema = schema_});
+    } catch (const std::exception& e) {
+      refused = detail::failure_text(e);
+    }
+    EXPECT_FALSE(refused.empty()) << "nothing listens on port 1, yet the connection was made";
+    EXPECT_EQ(refused.find("cut"), std::string::npos) << refused;
+  }
+  {
+    // The server ends the session (a terminated backend, a restart): the line says the
+    // connection was lost, not libpqxx's "client encoding".
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    const auto pid = detail::server_session(*conn).pid;
+    count("SELECT count(*) FROM pg_stat_activity WHERE pg_terminate_backend(" +
+          std::to_string(pid) + ")");
+    ASSERT_TRUE(wait_for(
+        [&] {
+          return count("SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                       std::to_string(pid)) == 0;
+        },
+        10s));
+    // The first call on the closed connection (a node drops the connection after it).
+    const auto text = failure(*conn, "SELECT 1", 60s, detail::owner_of(&owner));
+    EXPECT_EQ(text.find("client encoding"), std::string::npos) << text;
+    EXPECT_NE(text.find("connection to the database was lost"), std::string::npos) << text;
+  }
+}
+
 TEST_F(Worker, AStoppedNodeReleasesItsLeadershipAndMarksItselfStopped) {
   // A node that stops gracefully releases the lock row (a follower need not wait for the lease
   // to run out, and the leadership history says why) and marks its nodes row stopped (batonctl

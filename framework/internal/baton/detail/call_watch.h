@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <pqxx/connection_base>
 
@@ -61,6 +63,14 @@ class CallWatch {
   // How many calls were cut short so far (for tests and logs).
   std::uint64_t cut() const;
 
+  // How this thread's last watched call ended, as far as the watch knows: not cut, cut at its
+  // deadline, or cut by abort(). Read once: it reads `none` afterwards, and after forget().
+  enum class Ending { none, deadline, aborted };
+  Ending last_call_ending();
+  // Forgets this thread's last watched call (a new connection: what failed next is not that
+  // call's doing).
+  static void forget_last_call();
+
   ~CallWatch();
 
  private:
@@ -70,6 +80,13 @@ class CallWatch {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// What a failed database call's exception says, for a log line: libpq's text, scrubbed of
+// passwords and on one line, unless the call watch cut this thread's last call. libpq reports a
+// cut as a lost connection, and libpqxx a connection already found closed as "Could not obtain
+// client encoding: not connected.": neither tells an operator that baton ended the call, or
+// that the server ended the session, nor why.
+std::string failure_text(const std::exception& e);
 
 // The owner id of a component.
 inline CallWatch::Owner owner_of(const void* component) {
