@@ -1115,6 +1115,18 @@ TEST_F(Worker, CutCallsAndEndedSessionsAreLoggedAsSuchAndOtherFailuresAsThemselv
     EXPECT_NE(text.find("cut at its deadline"), std::string::npos) << text;
   }
   {
+    // As the node's loops see it: the guard is gone by the time the failure is logged.
+    auto conn = detail::connect({.url = database_url(), .schema = schema_});
+    std::string text;
+    try {
+      auto armed = watch.arm(*conn, 300ms, detail::owner_of(&owner));
+      pqxx::nontransaction(*conn).exec("SELECT pg_catalog.pg_sleep(60)");
+    } catch (const std::exception& e) {
+      text = detail::failure_text(e);
+    }
+    EXPECT_NE(text.find("cut at its deadline"), std::string::npos) << text;
+  }
+  {
     // Cut by an abort (leadership ended, shutdown) while the statement runs on the server.
     auto conn = detail::connect({.url = database_url(), .schema = schema_});
     const auto pid = detail::server_session(*conn).pid;
