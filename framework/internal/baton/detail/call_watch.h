@@ -64,7 +64,8 @@ class CallWatch {
   std::uint64_t cut() const;
 
   // How this thread's last watched call ended, as far as the watch knows: not cut, cut at its
-  // deadline, or cut by abort(). Read once: it reads `none` afterwards, and after forget().
+  // deadline, or cut by abort(). Read once: it reads `none` afterwards, and after
+  // forget_last_call().
   enum class Ending { none, deadline, aborted };
   Ending last_call_ending();
   // Forgets this thread's last watched call (a new connection: what failed next is not that
