@@ -48,7 +48,7 @@ ins AS (
          @.shard_of(partition_key, @.shard_count())
     FROM d
   RETURNING id, queue),
-wake AS (SELECT count(pg_notify($3, q)) AS n FROM (SELECT DISTINCT queue AS q FROM ins) x)
+wake AS (SELECT count(pg_catalog.pg_notify($3, q)) AS n FROM (SELECT DISTINCT queue AS q FROM ins) x)
 SELECT count(*) FROM ins WHERE (SELECT n FROM wake) >= 0
 )sql";
 
@@ -72,7 +72,13 @@ void check_queue(std::string_view queue) {
 Admin::Admin(const std::string& database_url, std::string schema, std::string actor)
     : schema_(std::move(schema)), actor_(std::move(actor)) {
   detail::validate_schema_name(schema_);
-  owned_ = detail::connect({.url = database_url, .schema = schema_, .application_name = actor_});
+  // No session settings (every statement names the schema), as a Client's: a long-lived tool's
+  // Admin opens a new session by itself on the call after the server ended one, and a session
+  // that comes back so must not be missing anything.
+  owned_ = detail::connect({.url = database_url,
+                            .schema = schema_,
+                            .application_name = actor_,
+                            .session_settings = false});
   conn_ = owned_.get();
 }
 
@@ -91,7 +97,7 @@ bool Admin::set_paused(std::string_view queue, bool paused) {
       tx.exec_params(detail::with_schema(kQueueKnownSql, schema_), q)[0][0].as<bool>();
   tx.exec_params(detail::with_schema(kPauseSql, schema_), q, paused, actor_);
   // Wakes the leader's poller, so a resumed queue's jobs start at once.
-  tx.exec_params("SELECT pg_notify($1, $2)", detail::jobs_channel(schema_), q);
+  tx.exec_params("SELECT pg_catalog.pg_notify($1, $2)", detail::jobs_channel(schema_), q);
   tx.commit();
   return known;
 }

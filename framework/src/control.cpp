@@ -42,7 +42,7 @@ std::int64_t send_control(pqxx::transaction_base& tx, const std::string& schema,
   const auto id = tx.exec_params(with_schema(kSendSql, schema), kind_name(request.kind),
                                  request.target, request.lock_group, request.note)[0][0]
                       .as<std::int64_t>();
-  tx.exec_params("SELECT pg_notify($1, $2)", leader_channel(schema),
+  tx.exec_params("SELECT pg_catalog.pg_notify($1, $2)", leader_channel(schema),
                  LeaderSignal{LeaderSignal::control, ""}.encode());
   return id;
 }

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "baton/admin.h"
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
 #include "support/node_runner.h"
@@ -477,6 +478,77 @@ TEST_F(Queue, TheClientCancelsJobsAndAsksTheirStatus) {
   EXPECT_TRUE(saw_cancel.load()) << "the handler did not see its job's cancellation";
   EXPECT_EQ(client.status(running)->last_error, "stopped: cancelled");
   EXPECT_EQ(client.status("default", "k-now")->id, running) << "found by key after it finished";
+}
+
+TEST_F(Queue, AnAdminMadeFromAURLActsWithoutSessionSettingsAndOutlivesItsSession) {
+  // An Admin from a URL (an operator's own tool, long-lived) names the schema in every
+  // statement, as a Client does: its session has no search_path of baton's, and when the server
+  // ends the session, a later call opens a new one by itself.
+  baton::Admin admin(database_url(), schema_, "ops-tool");
+  EXPECT_FALSE(admin.set_paused("q-admin", true)) << "a queue never seen is reported as such";
+  EXPECT_EQ(count("SELECT count(*) FROM queue_state WHERE queue = 'q-admin' AND paused AND "
+                  "updated_by = 'ops-tool'"),
+            1);
+  // Every other action, once, in a session without baton's search_path.
+  admin.declare_ordered("q-admin", 4);
+  EXPECT_EQ(count("SELECT partitions FROM queue_state WHERE queue = 'q-admin'"), 4);
+  EXPECT_FALSE(admin.retry_dead(424242));
+  EXPECT_EQ(admin.retry_dead_all(), 0);
+  EXPECT_FALSE(admin.discard_dead(424242));
+  EXPECT_EQ(admin.purge_dead(std::chrono::hours(1)), 0);
+  EXPECT_EQ(admin.cancel(424242), baton::CancelResult::not_found);
+  const auto request = admin.request_step_down("*", "drill");
+  EXPECT_EQ(count("SELECT count(*) FROM control_requests WHERE id = " + std::to_string(request) +
+                  " AND note = 'drill'"),
+            1);
+
+  count(
+      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+      "WHERE application_name = 'ops-tool'");
+  ASSERT_TRUE(wait_count(
+      "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ops-tool'", 0, 10s));
+  // The first call finds the session gone; one of the next ones runs in a new session.
+  bool resumed = false;
+  for (int call = 1; call <= 5 && !resumed; ++call) {
+    try {
+      admin.set_paused("q-admin", false);
+      resumed = true;
+    } catch (const std::exception& e) {
+      EXPECT_TRUE(baton::detail::is_connection_error(e)) << "call " << call << ": " << e.what();
+    }
+  }
+  ASSERT_TRUE(resumed) << "the Admin did not come back after its session ended";
+  EXPECT_EQ(count("SELECT count(*) FROM queue_state WHERE queue = 'q-admin' AND NOT paused"), 1);
+}
+
+TEST_F(Queue, AClientOutlivesItsSession) {
+  // A producer's Client keeps working after the server ended its session (a restart, a
+  // failover): the next call fails with a connection error, and a later one opens a new session.
+  Client client(database_url(), schema_);
+  client.enqueue("t", {{"n", 1}});
+  // Its session: the last statement named this test's schema.
+  const std::string mine =
+      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+      "application_name = 'baton-client' AND pid <> pg_backend_pid() AND "
+      "strpos(query, '" +
+      schema_ + "') > 0";
+  ASSERT_EQ(count(mine), 1);
+  ASSERT_TRUE(
+      wait_count("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                 "'baton-client' AND strpos(query, '" +
+                     schema_ + "') > 0",
+                 0, 10s));
+  std::int64_t id = 0;
+  for (int call = 1; call <= 5 && id == 0; ++call) {
+    try {
+      id = client.enqueue("t", {{"n", 2}});
+    } catch (const std::exception& e) {
+      EXPECT_TRUE(baton::detail::is_connection_error(e)) << "call " << call << ": " << e.what();
+    }
+  }
+  ASSERT_NE(id, 0) << "the Client did not come back after its session ended";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE payload = '{\"n\": 2}'"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 2);
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ class AdminError : public std::invalid_argument {
 
 class Admin {
  public:
-  // Connects at once; throws pqxx::broken_connection when the database is unreachable.
+  // Connects at once; throws pqxx::broken_connection when the database is unreachable. When the
+  // server ends the session (a restart, a failover), the next call throws a connection error
+  // and a later call opens a new session by itself.
   Admin(const std::string& database_url, std::string schema = "baton", std::string actor = "admin");
   // Works on a connection of the caller's (which must outlive the Admin).
   Admin(pqxx::connection& conn, std::string schema, std::string actor);
