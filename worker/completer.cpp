@@ -232,7 +232,7 @@ void Completer::write(std::vector<detail::Completion>& done, std::vector<detail:
   try {
     apply(done, failed, released);
   } catch (const std::exception& e) {
-    if (detail::is_connection_error(e)) throw;
+    if (detail::is_connection_error(e) || !conn_->is_open()) throw;
     // A data error (a value PostgreSQL refuses): one bad outcome must not hold up the others, on
     // this leader or the next. Write each on its own; a bad one is written again as a failure
     // with a message that cannot be refused.
@@ -307,7 +307,7 @@ void Completer::isolate(std::vector<detail::Completion>& done, std::vector<detai
       write_one();
       return "";
     } catch (const std::exception& e) {
-      if (detail::is_connection_error(e)) throw;
+      if (detail::is_connection_error(e) || !conn_->is_open()) throw;
       const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
       return sql != nullptr && !sql->sqlstate().empty() ? "SQLSTATE " + sql->sqlstate()
                                                         : detail::one_line(e.what());

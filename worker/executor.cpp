@@ -470,6 +470,9 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
   const detail::ClaimedJob& claimed = run.claimed;
   const auto started = Clock::now();
   try {
+    // Closed by an earlier job whose failure said something else: a handler that caught the
+    // connection's error and threw its own, a fenced run's rollback (which swallows its error).
+    if (tl_conn && !tl_conn->is_open()) tl_conn.reset();
     if (!tl_conn) tl_conn = detail::connect(config_.connect);
     // Cut when the epoch ends (and the run is then fenced), however long the handler takes.
     auto armed = detail::CallWatch::instance().arm(*tl_conn, Clock::time_point::max(),

@@ -75,7 +75,8 @@ void PeriodicService::loop(Run& run) {
       if (failing) spdlog::info("{}: working again", name_);
       failing = false;
     } catch (const std::exception& e) {
-      if (detail::is_connection_error(e)) run.conn.reset();
+      // A task that caught a connection's failure and threw its own still leaves it closed.
+      if (detail::is_connection_error(e) || (run.conn && !run.conn->is_open())) run.conn.reset();
       lock.lock();
       const bool stopping = run.stopping;
       lock.unlock();

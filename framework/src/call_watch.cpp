@@ -170,10 +170,13 @@ std::string failure_text(const std::exception& e) {
     if (ending == CallWatch::Ending::aborted) {
       return "the call was cut as the node stopped or its leadership ended";
     }
-    // libpqxx's word for a connection that libpq already found closed (reading a notification,
-    // say) when the next call starts: the reason went with that earlier read.
-    if (std::string_view(e.what()).find("Could not obtain client encoding") !=
-        std::string_view::npos) {
+    // libpqxx's words for a connection that libpq already found closed (reading a notification,
+    // say) when the next call starts: the reason went with that earlier read. The second is
+    // said by a call after that, on a connection that may not open a new session by itself
+    // (detail::connect).
+    const std::string_view what = e.what();
+    if (what.find("Could not obtain client encoding") != std::string_view::npos ||
+        what.find("reactivation is inhibited") != std::string_view::npos) {
       return "the connection to the database was lost (the server ended the session: a restart, "
              "a failover, a terminated backend; or the network dropped it)";
     }

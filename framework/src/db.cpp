@@ -150,6 +150,16 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
     set += "; SET tcp_user_timeout = 0";
   }
   tx.exec(set);
+  // libpqxx would open a new session by itself on the next call after the server ended this one
+  // (a restart, a failover, a terminated backend), without the settings above: in the default
+  // search_path, where a role that may create objects there would be found first, and with no
+  // timeouts. The call fails instead, and the connection's owner connects again through here.
+  // (A connection without session settings, a Client's, names the schema in every statement
+  // and may come back so.) Deprecated in libpqxx 6.4, which has no other way to say it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  conn->inhibit_reactivation(true);
+#pragma GCC diagnostic pop
   return conn;
 }
 
@@ -357,6 +367,8 @@ bool is_authentication_error(const std::exception& e) {
 
 bool is_connection_error(const std::exception& e) {
   if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) return true;
+  // A COMMIT whose connection was lost before its answer came (libpqxx's word for it).
+  if (dynamic_cast<const pqxx::in_doubt_error*>(&e) != nullptr) return true;
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
     const std::string& state = sql->sqlstate();
     // Class 08: connection exceptions; 57P01..57P03: admin shutdown, crash, cannot connect now.

@@ -1190,6 +1190,118 @@ TEST_F(Worker, CutCallsAndEndedSessionsAreLoggedAsSuchAndOtherFailuresAsThemselv
   }
 }
 
+TEST_F(Worker, AConnectionWhoseSessionEndedNeverComesBackWithoutItsSettings) {
+  // A node's connection runs in baton's schema with its own timeouts, set once per session.
+  // libpqxx would open a new session by itself on the next call after the server ended one,
+  // without those settings: in the default search_path (where a role that can create objects
+  // there would be found first) and with no statement timeout. It must fail instead, so that
+  // its owner connects again through detail::connect.
+  namespace detail = baton::detail;
+  auto conn =
+      detail::connect({.url = database_url(), .schema = schema_, .statement_timeout_ms = 4321});
+  const auto pid = detail::server_session(*conn).pid;
+  count("SELECT count(*) FROM pg_stat_activity WHERE pg_terminate_backend(" + std::to_string(pid) +
+        ")");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(pid)) ==
+               0;
+      },
+      10s));
+  for (int call = 1; call <= 3; ++call) {
+    std::string settings;
+    std::string failure;
+    try {
+      pqxx::nontransaction tx(*conn);
+      auto r = tx.exec(
+          "SELECT pg_catalog.current_setting('search_path') || ' ' || "
+          "pg_catalog.current_setting('statement_timeout')");
+      settings = r[0][0].c_str();
+    } catch (const std::exception& e) {
+      EXPECT_TRUE(detail::is_connection_error(e)) << e.what();
+      failure = detail::failure_text(e);
+    }
+    EXPECT_EQ(settings, "") << "call " << call << " ran in a session of its own making";
+    // What the node's loops test before reusing a connection that a failure may have ended.
+    EXPECT_FALSE(conn->is_open()) << "call " << call;
+    EXPECT_NE(failure.find("connection to the database was lost"), std::string::npos)
+        << "call " << call << ": " << failure;
+  }
+  // A connection made again has them.
+  conn = detail::connect({.url = database_url(), .schema = schema_, .statement_timeout_ms = 4321});
+  {
+    pqxx::nontransaction tx(*conn);
+    EXPECT_EQ(std::string(
+                  tx.exec("SELECT pg_catalog.current_setting('statement_timeout')")[0][0].c_str()),
+              "4321ms");
+  }
+  // A COMMIT whose session ended (libpqxx calls its outcome in doubt) is a connection's failure
+  // too: the node's loops make a new connection after it.
+  const auto again = detail::server_session(*conn).pid;
+  pqxx::work tx(*conn);
+  tx.exec("SELECT 1");
+  count("SELECT count(*) FROM pg_stat_activity WHERE pg_terminate_backend(" +
+        std::to_string(again) + ")");
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return count("SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                     std::to_string(again)) == 0;
+      },
+      10s));
+  bool failed = false;
+  try {
+    tx.commit();
+  } catch (const std::exception& e) {
+    failed = true;
+    EXPECT_TRUE(detail::is_connection_error(e)) << e.what();
+  }
+  EXPECT_TRUE(failed) << "a COMMIT on an ended session succeeded";
+  EXPECT_FALSE(conn->is_open());
+}
+
+TEST_F(Worker, AHandlerThatLostItsSessionAndThrewItsOwnErrorCostsTheNextJobNothing) {
+  // A transactional handler whose session ended (here it ends its own backend) and which then
+  // throws an error of its own: its pool thread's connection is closed, though the error does
+  // not say so. The next job on that thread must get a new connection, not fail an attempt on
+  // the closed one.
+  std::mutex m;
+  std::map<std::int64_t, std::thread::id> ran_on;
+  auto config = test_config(schema_, "solo");
+  config.threads = 1;
+  RunningNode n(config, [&](Node& node) {
+    node.handle_tx("tx", [&](JobContext& ctx, pqxx::work& tx) {
+      {
+        std::lock_guard lock(m);
+        ran_on[ctx.job().id] = std::this_thread::get_id();
+      }
+      if (ctx.payload().value("break", false)) {
+        try {
+          tx.exec("SELECT pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid())");
+        } catch (const std::exception&) {
+          // A handler that swallows the database's error...
+        }
+        throw std::runtime_error("the handler's own error");  // ...and reports its own.
+      }
+    });
+  });
+  Client client(database_url(), schema_);
+  int same_thread = 0;
+  for (int round = 1; round <= 6; ++round) {
+    const auto broke = client.enqueue("tx", {{"break", true}}, {.max_attempts = 1});
+    ASSERT_TRUE(
+        wait_count("SELECT count(*) FROM dead_jobs WHERE id = " + std::to_string(broke), 1, 20s));
+    const auto next = client.enqueue("tx", nlohmann::json::object(), {.max_attempts = 5});
+    ASSERT_TRUE(
+        wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(next), 1, 20s));
+    EXPECT_EQ(count("SELECT attempts FROM job_history WHERE id = " + std::to_string(next)), 1)
+        << "round " << round << ": the job after the closed connection failed an attempt";
+    std::lock_guard lock(m);
+    if (ran_on[broke] == ran_on[next]) ++same_thread;
+  }
+  EXPECT_GT(same_thread, 0) << "no job ran on the thread whose connection was closed, so the "
+                               "test did not make its case";
+}
+
 TEST_F(Worker, AStoppedNodeReleasesItsLeadershipAndMarksItselfStopped) {
   // A node that stops gracefully releases the lock row (a follower need not wait for the lease
   // to run out, and the leadership history says why) and marks its nodes row stopped (batonctl
