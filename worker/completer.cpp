@@ -335,12 +335,17 @@ void Completer::isolate(std::vector<detail::Completion>& done, std::vector<detai
     std::vector<detail::Failure> one{f};
     std::vector<detail::Release> no_release;
     const auto why = attempt([&] { apply(none, one, no_release); });
-    failed.pop_back();
-    if (why.empty()) continue;
-    std::vector<detail::Failure> safe{safe_failure(f, why)};
-    if (const auto again = attempt([&] { apply(none, safe, no_release); }); !again.empty()) {
-      give_up(f.id, again);
+    if (why.empty()) {
+      failed.pop_back();
+      continue;
     }
+    // It stays in the vector, in its safe form, until that is written: a connection lost now
+    // leaves it there for the next connection.
+    failed.back() = safe_failure(f, why);
+    std::vector<detail::Failure> safe{failed.back()};
+    const auto again = attempt([&] { apply(none, safe, no_release); });
+    failed.pop_back();
+    if (!again.empty()) give_up(f.id, again);
   }
   while (!released.empty()) {
     std::vector<detail::Completion> none;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "baton/detail/call_watch.h"
@@ -470,22 +471,36 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
   const detail::ClaimedJob& claimed = run.claimed;
   const auto started = Clock::now();
   try {
-    // Closed by an earlier job whose failure said something else: a handler that caught the
-    // connection's error and threw its own, a fenced run's rollback (which swallows its error).
-    if (tl_conn && !tl_conn->is_open()) tl_conn.reset();
-    if (!tl_conn) tl_conn = detail::connect(config_.connect);
-    // Cut when the epoch ends (and the run is then fenced), however long the handler takes.
-    auto armed = detail::CallWatch::instance().arm(*tl_conn, Clock::time_point::max(),
-                                                   detail::owner_of(run.epoch.get()));
-    pqxx::work tx(*tl_conn);
-    if (!local_settings_.empty()) tx.exec(local_settings_);
-    entry.transactional(ctx, tx);
+    std::optional<detail::CallWatch::Armed> armed;
+    std::optional<pqxx::work> tx;
+    // A session the server ended while this thread's connection sat idle (a restart, a
+    // failover) is found by the transaction's first statement, before the handler runs: that
+    // connects again once instead of failing the job's attempt.
+    for (int tries = 1; !tx; ++tries) {
+      // Closed by an earlier job whose failure said something else: a handler that caught the
+      // connection's error and threw its own, a fenced run's rollback (which swallows it).
+      if (tl_conn && !tl_conn->is_open()) tl_conn.reset();
+      if (!tl_conn) tl_conn = detail::connect(config_.connect);
+      // Cut when the epoch ends (and the run is then fenced), however long the handler takes.
+      armed.emplace(detail::CallWatch::instance().arm(*tl_conn, Clock::time_point::max(),
+                                                      detail::owner_of(run.epoch.get())));
+      try {
+        tx.emplace(*tl_conn);
+        if (!local_settings_.empty()) tx->exec(local_settings_);
+      } catch (const std::exception& e) {
+        tx.reset();
+        armed.reset();
+        if (tries > 1 || !detail::is_connection_error(e) || run.epoch->ended.load()) throw;
+        tl_conn.reset();
+      }
+    }
+    entry.transactional(ctx, *tx);
     if (Clock::now() > ctx.deadline()) throw std::runtime_error("timeout: ran past its limit");
     run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const Job& job = ctx.job();
     if (!detail::complete_in(
-            tx, {job.id, job.epoch, claimed.token, run_seconds, job.queue, job.type})) {
-      tx.abort();
+            *tx, {job.id, job.epoch, claimed.token, run_seconds, job.queue, job.type})) {
+      tx->abort();
       spdlog::warn(
           "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
           "handler's writes were rolled back",
@@ -493,7 +508,7 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
       if (observer_ != nullptr) observer_->jobs_fenced(job.queue, job.type, 1);
       return false;
     }
-    tx.commit();
+    tx->commit();
     return true;
   } catch (const std::exception& e) {
     if (detail::is_connection_error(e)) tl_conn.reset();

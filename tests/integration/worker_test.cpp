@@ -518,6 +518,59 @@ TEST_F(Worker, TheShardsOfANodeTakeTurnsToStartTheirClaimedJobs) {
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), 12);
 }
 
+TEST_F(Worker, AFailureRefusedAsItWasIsKeptWhenTheConnectionIsLostWritingItsSafeForm) {
+  // The database refuses a failure's text as it was; the completer writes it again in a form
+  // that cannot be refused, and the connection is lost during that write. The outcome must be
+  // written on the next connection, not dropped (the job would stay running until a rescue, and
+  // run again).
+  std::int64_t id = 0;
+  {
+    pqxx::nontransaction tx(*db_);
+    id = tx.exec(
+               "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
+               "claimed_at, first_started_at, claims) VALUES ('default', 't', 'running', 1, 1, "
+               "'solo', now(), now(), 1) RETURNING id")[0][0]
+             .as<std::int64_t>();
+    tx.exec("CREATE SEQUENCE safe_writes");
+    tx.exec(R"sql(
+      CREATE FUNCTION refuse_then_cut() RETURNS trigger LANGUAGE plpgsql AS $f$
+      BEGIN
+        IF NEW.last_error LIKE 'the outcome could not be recorded as it was%' THEN
+          -- The first write of the safe form loses its connection.
+          IF nextval('safe_writes') = 1 THEN
+            PERFORM pg_terminate_backend(pg_backend_pid());
+            PERFORM pg_sleep(5);
+          END IF;
+        ELSIF NEW.last_error LIKE '%refuse me%' THEN
+          RAISE EXCEPTION 'this text is refused';
+        END IF;
+        RETURN NEW;
+      END $f$)sql");
+    tx.exec(
+        "CREATE TRIGGER refuse_then_cut BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
+        "refuse_then_cut()");
+  }
+  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, nullptr);
+  completer.start();
+  completer.add(baton::detail::Failure{.id = id,
+                                       .epoch = 1,
+                                       .token = 1,
+                                       .attempt = 1,
+                                       .error = "refuse me",
+                                       .dead = false,
+                                       .reason = "",
+                                       .retry_delay_ms = 60'000});
+  ASSERT_TRUE(completer.wait_flushed(20s));
+  completer.stop(1s);
+  EXPECT_GE(count("SELECT last_value FROM safe_writes"), 2)
+      << "the safe form was not written a second time, so no connection was lost writing it";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE id = " + std::to_string(id) +
+                  " AND state = 'available' AND last_error LIKE 'the outcome could not be "
+                  "recorded as it was%refuse me'"),
+            1)
+      << "the failure was dropped: the job is still running";
+}
+
 TEST_F(Worker, ABacklogOfOutcomesIsWrittenOldestFirstInWritesOfBoundedSize) {
   // Outcomes pile up while the database does not take them: here a lock on the history, in
   // production a server too busy to keep up. Once it takes them again they are written oldest
@@ -1300,6 +1353,39 @@ TEST_F(Worker, AHandlerThatLostItsSessionAndThrewItsOwnErrorCostsTheNextJobNothi
   }
   EXPECT_GT(same_thread, 0) << "no job ran on the thread whose connection was closed, so the "
                                "test did not make its case";
+}
+
+TEST_F(Worker, ATransactionalJobAfterTheServerEndedItsThreadsIdleSessionRunsOnItsFirstAttempt) {
+  // A pool thread's connection sits idle while the server ends its session (a restart, a
+  // failover, here pg_terminate_backend). The next transactional job on that thread finds out
+  // before its handler runs, and must not lose its attempt to it: with one attempt it would be
+  // dead.
+  std::atomic<long long> backend{0};
+  auto config = test_config(schema_, "solo");
+  config.threads = 1;
+  RunningNode n(config, [&](Node& node) {
+    node.handle_tx("tx", [&](JobContext&, pqxx::work& tx) {
+      backend = tx.exec("SELECT pg_catalog.pg_backend_pid()")[0][0].as<long long>();
+    });
+  });
+  Client client(database_url(), schema_);
+  const auto first = client.enqueue("tx", nlohmann::json::object());
+  ASSERT_TRUE(
+      wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(first), 1, 20s));
+  const auto pid = std::to_string(backend.load());
+  ASSERT_EQ(count("SELECT pg_terminate_backend(" + pid + ")::int"), 1);
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM pg_stat_activity WHERE pid = " + pid, 0, 10s));
+  const auto next = client.enqueue("tx", nlohmann::json::object(), {.max_attempts = 1});
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(next) +
+                             " UNION ALL SELECT count(*) FROM dead_jobs WHERE id = " +
+                             std::to_string(next) + " ORDER BY 1 DESC LIMIT 1",
+                         1, 20s));
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND attempts = 1 "
+                  "AND id = " +
+                  std::to_string(next)),
+            1)
+      << "the job lost its only attempt to the ended session";
+  EXPECT_NE(backend.load(), std::stoll(pid)) << "the job ran on the ended session";
 }
 
 TEST_F(Worker, AStoppedNodeReleasesItsLeadershipAndMarksItselfStopped) {
