@@ -29,10 +29,12 @@ constexpr const char* kColumnsSql =
 constexpr const char* kPreparedColumns = "baton_enqueue_columns";
 // One job, when the role may call enqueue (sql/0013_enqueue_constants.sql): for a single job it
 // is much the cheaper call (32 producers at once: 2.03 x the jobs per second of enqueue_columns,
-// docs/performance.md). $10: the delay in ms, for a job without run_at.
+// docs/performance.md). $10: the delay in ms, for a job without run_at, as float8: pg_catalog has
+// float8 * interval, but not bigint * interval, which would be looked up on the caller's
+// search_path (see admin.cpp).
 constexpr const char* kOneSql =
     "SELECT @.enqueue($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now() + "
-    "$10::bigint * interval '1 millisecond'), $6::int, $7, $8, $9::int)";
+    "$10::pg_catalog.float8 * interval '1 millisecond'), $6::int, $7, $8, $9::int)";
 constexpr const char* kPreparedOne = "baton_enqueue_one";
 // $2: the function's name.
 constexpr const char* kMayCallSql =
@@ -52,7 +54,7 @@ constexpr const char* kCopiesSql = R"sql(
 WITH n AS (SELECT @.shard_count() AS shards),
 ins AS (
   INSERT INTO @.jobs (queue, type, payload, priority, run_at, max_attempts, timeout_ms, shard)
-  SELECT $1, $2, $3::jsonb, $4, now() + $5::bigint * interval '1 millisecond', $6,
+  SELECT $1, $2, $3::jsonb, $4, now() + $5::pg_catalog.float8 * interval '1 millisecond', $6,
          nullif($7::int, 0), @.shard_of(NULL, n.shards)
     FROM generate_series(1, $8::int), n
   RETURNING id, shard),
@@ -465,6 +467,9 @@ std::vector<std::int64_t> Client::enqueue_copies(std::string_view type,
   check(NewJob{std::string(type), payload, options}, impl_->options.max_payload_bytes, &text);
   pqxx::work tx(*impl_->conn);
   const std::string& schema = impl_->options.schema;
+  // Its statement's operators (and shard_of's, inlined) are looked up in the session's
+  // search_path, which is the caller's: search baton's schema only (see admin.cpp).
+  tx.exec("SET LOCAL search_path TO " + tx.quote_name(schema) + ", pg_temp");
   translating([&] {
     return tx.exec_params(
         detail::with_schema(kValidateSql, schema),

@@ -6,6 +6,7 @@
 
 #include <pqxx/pqxx>
 
+#include "baton/admin.h"
 #include "baton/client.h"
 #include "baton/detail/job_store.h"
 #include "support/roles.h"
@@ -271,6 +272,65 @@ TEST_F(HostileRoles, NoRoleButTheNodesCanHoldTheGateOfALimitedQueue) {
     EXPECT_EQ(e.sqlstate(), "55P03") << e.what();
   }
   held.abort();
+}
+
+TEST_F(HostileRoles, OperatorsPlantedOnACallersSearchPathNeverRunInBatonsStatements) {
+  // The stranger may create objects in a schema on other roles' search_path (as anyone may in
+  // public, in a database made before PostgreSQL 15). It plants operators for argument types
+  // that pg_catalog matches only through a cast (bigint * interval, float8 * integer,
+  // bigint % integer): there, an exact match found on the path wins. The Client and an Admin
+  // made from a URL run baton's statements in the caller's session, with the caller's path;
+  // the caller here is the superuser.
+  const std::string planted = schema_ + "_planted";
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE SCHEMA " + planted + " AUTHORIZATION " + stranger_);
+    tx.exec("GRANT USAGE ON SCHEMA " + planted + " TO PUBLIC");
+  }
+  {
+    auto stranger = as(stranger_);
+    pqxx::nontransaction tx(*stranger);
+    // Each returns what pg_catalog's would, so that a statement that found it runs it.
+    int n = 0;
+    for (const auto& [left, op, right, result] :
+         {std::tuple{"bigint", "*", "interval", "interval"},
+          std::tuple{"double precision", "*", "integer", "double precision"},
+          std::tuple{"bigint", "%", "integer", "bigint"}}) {
+      const std::string f = planted + ".planted_" + std::to_string(++n);
+      tx.exec(std::string("CREATE FUNCTION ") + f + "(" + left + ", " + right + ") RETURNS " +
+              result +
+              " LANGUAGE plpgsql AS $f$BEGIN RAISE EXCEPTION 'the planted operator ran as %', "
+              "current_user; END$f$");
+      tx.exec(std::string("CREATE OPERATOR ") + planted + "." + op + " (LEFTARG = " + left +
+              ", RIGHTARG = " + right + ", FUNCTION = " + f + ")");
+    }
+  }
+  const std::string victim_url =
+      url_as(std::string(pqxx::nontransaction(*db_).exec("SELECT current_user")[0][0].c_str())) +
+      " options='-csearch_path=" + planted + "'";
+  {
+    // The attack is live: in the victim's session, plain SQL runs the planted operator.
+    pqxx::connection victim(victim_url);
+    pqxx::nontransaction tx(victim);
+    EXPECT_THROW(tx.exec("SELECT 5::bigint * interval '1 millisecond'"), pqxx::sql_error);
+  }
+  // Two shards: a job without a key gets one through shard_of's float8 * integer.
+  pqxx::nontransaction(*db_).exec("UPDATE " + q("settings") +
+                                  " SET value = '2' WHERE key = 'shards'");
+  baton::Client client(victim_url, schema_);
+  EXPECT_GT(client.enqueue("t", {{"n", 1}}, {.delay = std::chrono::hours(1)}), 0);
+  EXPECT_EQ(client.enqueue_copies("t", {{"n", 2}}, 3, {.delay = std::chrono::seconds(5)}).size(),
+            3u);
+  baton::Admin admin(victim_url, schema_, "ops");
+  EXPECT_EQ(admin.purge_dead(std::chrono::hours(1)), 0);
+  pqxx::nontransaction(*db_).exec(
+      "INSERT INTO " + q("dead_jobs") +
+      " (id, queue, type, payload, priority, attempts, max_attempts, reason, created_at, died_at) "
+      "SELECT 900001, 'default', 't', '{}', 0, 1, 1, 'failed', now(), now()");
+  EXPECT_TRUE(admin.retry_dead(900001));
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 5);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE shard NOT IN (0, 1)"), 0);
+  pqxx::nontransaction(*db_).exec("DROP SCHEMA " + planted + " CASCADE");
 }
 
 }  // namespace
