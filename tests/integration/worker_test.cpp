@@ -61,6 +61,12 @@ class Worker : public SchemaTest {
       executor.submit(std::move(job));
     }
   }
+  // Ends the server session `pid` (as a restart or a failover would) and waits until it is gone.
+  bool end_session(long long pid) {
+    const auto id = std::to_string(pid);
+    count("SELECT pg_catalog.pg_terminate_backend(" + id + ")::int");
+    return wait_count("SELECT count(*) FROM pg_stat_activity WHERE pid = " + id, 0, 10s);
+  }
   // The session of node `node` that holds an advisory lock exclusively, but for the election's:
   // its poller's, asleep with the wake keys (0: none).
   std::string wake_key_holder(const std::string& node) const {
@@ -1228,14 +1234,7 @@ TEST_F(Worker, CutCallsAndEndedSessionsAreLoggedAsSuchAndOtherFailuresAsThemselv
     // connection was lost, not libpqxx's "client encoding".
     auto conn = detail::connect({.url = database_url(), .schema = schema_});
     const auto pid = detail::server_session(*conn).pid;
-    count("SELECT count(*) FROM pg_stat_activity WHERE pg_terminate_backend(" +
-          std::to_string(pid) + ")");
-    ASSERT_TRUE(wait_for(
-        [&] {
-          return count("SELECT count(*) FROM pg_stat_activity WHERE pid = " +
-                       std::to_string(pid)) == 0;
-        },
-        10s));
+    ASSERT_TRUE(end_session(pid));
     // The first call on the closed connection (a node drops the connection after it).
     const auto text = failure(*conn, "SELECT 1", 60s, detail::owner_of(&owner));
     EXPECT_EQ(text.find("client encoding"), std::string::npos) << text;
@@ -1253,14 +1252,7 @@ TEST_F(Worker, AConnectionWhoseSessionEndedNeverComesBackWithoutItsSettings) {
   auto conn =
       detail::connect({.url = database_url(), .schema = schema_, .statement_timeout_ms = 4321});
   const auto pid = detail::server_session(*conn).pid;
-  count("SELECT count(*) FROM pg_stat_activity WHERE pg_terminate_backend(" + std::to_string(pid) +
-        ")");
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return count("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(pid)) ==
-               0;
-      },
-      10s));
+  ASSERT_TRUE(end_session(pid));
   for (int call = 1; call <= 3; ++call) {
     std::string settings;
     std::string failure;
@@ -1293,14 +1285,7 @@ TEST_F(Worker, AConnectionWhoseSessionEndedNeverComesBackWithoutItsSettings) {
   const auto again = detail::server_session(*conn).pid;
   pqxx::work tx(*conn);
   tx.exec("SELECT 1");
-  count("SELECT count(*) FROM pg_stat_activity WHERE pg_terminate_backend(" +
-        std::to_string(again) + ")");
-  ASSERT_TRUE(wait_for(
-      [&] {
-        return count("SELECT count(*) FROM pg_stat_activity WHERE pid = " +
-                     std::to_string(again)) == 0;
-      },
-      10s));
+  ASSERT_TRUE(end_session(again));
   bool failed = false;
   try {
     tx.commit();
@@ -1372,9 +1357,8 @@ TEST_F(Worker, ATransactionalJobAfterTheServerEndedItsThreadsIdleSessionRunsOnIt
   const auto first = client.enqueue("tx", nlohmann::json::object());
   ASSERT_TRUE(
       wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(first), 1, 20s));
-  const auto pid = std::to_string(backend.load());
-  ASSERT_EQ(count("SELECT pg_terminate_backend(" + pid + ")::int"), 1);
-  ASSERT_TRUE(wait_count("SELECT count(*) FROM pg_stat_activity WHERE pid = " + pid, 0, 10s));
+  const auto pid = backend.load();
+  ASSERT_TRUE(end_session(pid));
   const auto next = client.enqueue("tx", nlohmann::json::object(), {.max_attempts = 1});
   ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(next) +
                              " UNION ALL SELECT count(*) FROM dead_jobs WHERE id = " +
@@ -1385,7 +1369,7 @@ TEST_F(Worker, ATransactionalJobAfterTheServerEndedItsThreadsIdleSessionRunsOnIt
                   std::to_string(next)),
             1)
       << "the job lost its only attempt to the ended session";
-  EXPECT_NE(backend.load(), std::stoll(pid)) << "the job ran on the ended session";
+  EXPECT_NE(backend.load(), pid) << "the job ran on the ended session";
 }
 
 TEST_F(Worker, AStoppedNodeReleasesItsLeadershipAndMarksItselfStopped) {
