@@ -149,7 +149,7 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
       db_errors_(BuildCounter()
                      .Name("baton_database_errors_total")
                      .Help("Database errors in this node's loops, by component (elector, "
-                           "poller, completer, rescuer, pruner, depth_sampler).")
+                           "poller, completer, rescuer, pruner, depth_sampler, executor).")
                      .Register(*registry_)),
       auth_failures_(BuildCounter()
                          .Name("baton_database_authentication_failures_total")

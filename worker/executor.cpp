@@ -492,6 +492,11 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
         armed.reset();
         if (tries > 1 || !detail::is_connection_error(e) || run.epoch->ended.load()) throw;
         tl_conn.reset();
+        if (observer_ != nullptr) observer_->database_error("executor");
+        spdlog::info(
+            "a pool thread's database connection was gone ({}); connecting again for "
+            "job={} before its handler starts",
+            detail::failure_text(e), ctx.job().id);
       }
     }
     entry.transactional(ctx, *tx);
