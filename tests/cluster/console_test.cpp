@@ -49,7 +49,7 @@ TEST(Console, AnOperatorSeesTheClusterQueuesDeadLettersAndAFailoverInABrowser) {
   ASSERT_TRUE(b.wait_for(text_of("#leader-node") + " === '" + leader + "'", 15s))
       << "the page should name leader " << leader << "; it shows "
       << b.eval(text_of("#leader-node")) << "\n"
-      << b.page_log();
+      << b.page_log() << cluster.logs();
   EXPECT_EQ(b.eval(text_of("#leader-epoch")).get<std::string>(), std::to_string(cluster.epoch()));
   EXPECT_TRUE(b.wait_for("document.querySelectorAll('#timeline tr.timeline').length >= 1", 5s));
   b.screenshot(out + "/cluster.png");
