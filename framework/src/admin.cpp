@@ -59,15 +59,6 @@ DELETE FROM @.dead_jobs WHERE died_at < now() - $1::bigint * interval '1 millise
    AND ($2 = '' OR queue = $2)
 )sql";
 
-// The session's search_path is the caller's (an Admin from a URL sets none). Operators and the
-// bodies of inlined SQL functions are looked up in it, and an exact match found there beats
-// pg_catalog's that needs a cast (bigint * interval, float8 * integer): a role that may create
-// objects in a schema on that path (public, in databases made before PostgreSQL 15) would run
-// its own code as the caller. Every transaction searches baton's schema only, then pg_temp.
-void search_baton_only(pqxx::work& tx, const std::string& schema) {
-  tx.exec("SET LOCAL search_path TO " + tx.quote_name(schema) + ", pg_temp");
-}
-
 void check_queue(std::string_view queue) {
   try {
     detail::validate_name("queue", queue);
@@ -98,10 +89,13 @@ Admin::Admin(pqxx::connection& conn, std::string schema, std::string actor)
 
 Admin::~Admin() = default;
 
+// Every transaction below runs on a caller's session (an Admin from a URL sets nothing on its
+// own), so each first searches baton's schema only (detail::search_schema_only).
+
 bool Admin::set_paused(std::string_view queue, bool paused) {
   check_queue(queue);
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   const std::string q(queue);
   const bool known =
       tx.exec_params(detail::with_schema(kQueueKnownSql, schema_), q)[0][0].as<bool>();
@@ -118,7 +112,7 @@ void Admin::declare_ordered(std::string_view queue, int partitions) {
     throw AdminError("partitions " + std::to_string(partitions) + " is out of range; use 1..4096");
   }
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   tx.exec_params(detail::with_schema(kOrderedSql, schema_), std::string(queue), partitions, actor_);
   tx.commit();
 }
@@ -126,7 +120,7 @@ void Admin::declare_ordered(std::string_view queue, int partitions) {
 bool Admin::retry_dead(std::int64_t id) {
   if (id <= 0) throw AdminError("a job id is a positive number");
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   const auto n = tx.exec_params(detail::with_schema(kDeadRetrySql, schema_), id, std::string(),
                                 detail::jobs_channel(schema_))[0][0]
                      .as<std::int64_t>();
@@ -137,7 +131,7 @@ bool Admin::retry_dead(std::int64_t id) {
 std::int64_t Admin::retry_dead_all(std::string_view queue) {
   if (!queue.empty()) check_queue(queue);
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   const auto n = tx.exec_params(detail::with_schema(kDeadRetrySql, schema_), std::int64_t{0},
                                 std::string(queue), detail::jobs_channel(schema_))[0][0]
                      .as<std::int64_t>();
@@ -147,7 +141,7 @@ std::int64_t Admin::retry_dead_all(std::string_view queue) {
 
 bool Admin::discard_dead(std::int64_t id) {
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   const auto n = tx.exec_params(detail::with_schema(kDiscardSql, schema_), id).affected_rows();
   tx.commit();
   return n > 0;
@@ -157,7 +151,7 @@ std::int64_t Admin::purge_dead(std::chrono::milliseconds older_than, std::string
   if (!queue.empty()) check_queue(queue);
   if (older_than.count() < 0) throw AdminError("older-than must not be negative");
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   const auto n = tx.exec_params(detail::with_schema(kPurgeSql, schema_),
                                 static_cast<std::int64_t>(older_than.count()), std::string(queue))
                      .affected_rows();
@@ -167,7 +161,7 @@ std::int64_t Admin::purge_dead(std::chrono::milliseconds older_than, std::string
 
 CancelResult Admin::cancel(std::int64_t id) {
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   const auto result = detail::cancel_job(tx, schema_, id);
   tx.commit();
   return result;
@@ -175,7 +169,7 @@ CancelResult Admin::cancel(std::int64_t id) {
 
 std::int64_t Admin::request_step_down(std::string_view node, std::string_view note) {
   pqxx::work tx(*conn_);
-  search_baton_only(tx, schema_);
+  detail::search_schema_only(tx, schema_);
   detail::ControlRequest request;
   request.target = node.empty() ? "*" : std::string(node);
   request.note = note.empty() ? actor_ : std::string(note);

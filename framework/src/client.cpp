@@ -31,7 +31,7 @@ constexpr const char* kPreparedColumns = "baton_enqueue_columns";
 // is much the cheaper call (32 producers at once: 2.03 x the jobs per second of enqueue_columns,
 // docs/performance.md). $10: the delay in ms, for a job without run_at, as float8: pg_catalog has
 // float8 * interval, but not bigint * interval, which would be looked up on the caller's
-// search_path (see admin.cpp).
+// search_path (see detail::search_schema_only).
 constexpr const char* kOneSql =
     "SELECT @.enqueue($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now() + "
     "$10::pg_catalog.float8 * interval '1 millisecond'), $6::int, $7, $8, $9::int)";
@@ -467,9 +467,8 @@ std::vector<std::int64_t> Client::enqueue_copies(std::string_view type,
   check(NewJob{std::string(type), payload, options}, impl_->options.max_payload_bytes, &text);
   pqxx::work tx(*impl_->conn);
   const std::string& schema = impl_->options.schema;
-  // Its statement's operators (and shard_of's, inlined) are looked up in the session's
-  // search_path, which is the caller's: search baton's schema only (see admin.cpp).
-  tx.exec("SET LOCAL search_path TO " + tx.quote_name(schema) + ", pg_temp");
+  // Its statement's operators (and shard_of's, inlined) would be looked up on the caller's path.
+  detail::search_schema_only(tx, schema);
   translating([&] {
     return tx.exec_params(
         detail::with_schema(kValidateSql, schema),

@@ -280,6 +280,11 @@ std::string with_schema(std::string_view sql, std::string_view schema) {
   return out;
 }
 
+void search_schema_only(pqxx::transaction_base& tx, std::string_view schema) {
+  validate_schema_name(schema);
+  tx.exec(concat("SET LOCAL search_path TO ", tx.quote_name(std::string(schema)), ", pg_temp"));
+}
+
 std::string int_array(const std::vector<std::int64_t>& values) {
   std::string out = "{";
   for (std::size_t i = 0; i < values.size(); ++i) {

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "baton/detail/db.h"
 #include "baton/detail/migrations_data.h"
 
 namespace baton::detail {
@@ -50,7 +51,7 @@ int migrate(pqxx::connection& conn, const std::string& schema) {
   if (current == latest) return 0;
   const std::string q = tx.quote_name(schema);
   tx.exec("CREATE SCHEMA IF NOT EXISTS " + q);
-  tx.exec("SET LOCAL search_path TO " + q);
+  detail::search_schema_only(tx, schema);  // and pg_temp last, not first
   tx.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
       " version integer PRIMARY KEY, name text NOT NULL,"

@@ -72,6 +72,14 @@ std::string text_array(const std::vector<std::string>& values);
 // name baton's schema explicitly (they may run on a caller's connection and search_path).
 std::string with_schema(std::string_view sql, std::string_view schema);
 
+// For a transaction on a caller's session, whose search_path is the caller's: operators and the
+// bodies of inlined SQL functions are looked up in it, and an exact match found there beats
+// pg_catalog's that needs a cast (bigint * interval, float8 * integer, bigint % integer), so a
+// role that may create objects in a schema on that path (public, in databases made before
+// PostgreSQL 15) would run its own code as the caller. Sets search_path to baton's schema, then
+// pg_temp, until the transaction ends (safe through a transaction pooler).
+void search_schema_only(pqxx::transaction_base& tx, std::string_view schema);
+
 // The longest schema name: its channels below must fit PostgreSQL's 63-byte identifiers.
 inline constexpr std::size_t kMaxSchemaName = 63 - 7;  // 7: "_leader"
 
