@@ -229,6 +229,10 @@ void Completer::write(std::vector<detail::Completion>& done, std::vector<detail:
     conn_ = detail::connect(connect_, detail::owner_of(this));
   }
   auto armed = detail::CallWatch::instance().arm(*conn_, kWriteDeadline, detail::owner_of(this));
+  if (doubt_) {
+    resolve_doubt(done, failed, released);
+    if (done.empty() && failed.empty() && released.empty()) return;
+  }
   try {
     apply(done, failed, released);
   } catch (const std::exception& e) {
@@ -247,8 +251,23 @@ void Completer::apply(std::vector<detail::Completion>& done, std::vector<detail:
   const std::size_t sent = done.size() + failed.size();
   std::vector<std::int64_t> fenced;
   std::size_t put_back = 0;
-  const std::size_t applied =
-      detail::apply_outcomes(*conn_, done, failed, &fenced, released, &put_back);
+  std::string in_doubt;
+  std::size_t applied = 0;
+  try {
+    applied = detail::apply_outcomes(*conn_, done, failed, &fenced, released, &put_back, &in_doubt);
+  } catch (const std::exception&) {
+    if (!in_doubt.empty()) {
+      Doubt d{in_doubt, {}};
+      for (const auto& o : done)
+        d.claims.emplace_back(o.id, o.token);
+      for (const auto& o : failed)
+        d.claims.emplace_back(o.id, o.token);
+      for (const auto& o : released)
+        d.claims.emplace_back(o.id, o.token);
+      doubt_ = std::move(d);
+    }
+    throw;
+  }
   if (put_back > 0) {
     spdlog::info("completer: put {} claimed job(s) that had not started back in the queue",
                  put_back);
@@ -281,6 +300,36 @@ void Completer::apply(std::vector<detail::Completion>& done, std::vector<detail:
   done.clear();
   failed.clear();
   released.clear();
+}
+
+void Completer::resolve_doubt(std::vector<detail::Completion>& done,
+                              std::vector<detail::Failure>& failed,
+                              std::vector<detail::Release>& released) {
+  const std::string status = detail::transaction_status(*conn_, doubt_->xid);
+  if (status == "in progress") {
+    // Its session has not ended it yet (the server has not seen the client go): it may still
+    // commit. It ends by the session's idle-in-transaction timeout at the latest.
+    throw std::runtime_error(
+        "a write whose COMMIT lost its answer is still in progress on the "
+        "server; its outcomes are written again once it has ended");
+  }
+  const std::size_t carried = doubt_->claims.size();
+  if (status == "committed") {
+    std::sort(doubt_->claims.begin(), doubt_->claims.end());
+    auto written = [&](const auto& o) {
+      return std::binary_search(doubt_->claims.begin(), doubt_->claims.end(),
+                                std::make_pair(o.id, o.token));
+    };
+    std::erase_if(done, written);
+    std::erase_if(failed, written);
+    std::erase_if(released, written);
+  }
+  spdlog::info(
+      "completer: a write of {} outcomes lost the answer to its COMMIT; the server says "
+      "it {}: {}",
+      carried, status == "committed" ? "committed" : "did not commit (" + status + ")",
+      status == "committed" ? "not written again" : "writing them again");
+  doubt_.reset();
 }
 
 namespace {

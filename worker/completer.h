@@ -5,8 +5,10 @@
 // that size at most, not with everything gathered meanwhile.
 // A batch that fails on a lost connection is kept and retried after reconnecting: an outcome is
 // dropped only at shutdown after the flush deadline, and then its job stays `running` until a
-// newer epoch rescues it, so nothing is lost. A batch that PostgreSQL refuses for its data is
-// written one outcome at a time, so that one bad outcome never holds up the others.
+// newer epoch rescues it, so nothing is lost. A batch whose COMMIT lost its answer is sent again
+// only if the server says that transaction did not commit: sent again after it did, its
+// outcomes would find their jobs gone and be counted as fenced. A batch that PostgreSQL refuses for
+// its data is written one outcome at a time, so that one bad outcome never holds up the others.
 //
 // Thread-safety: add_*() and pending() from any thread; start()/stop() from one owner thread.
 #pragma once
@@ -15,7 +17,10 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "baton/config.h"
@@ -70,11 +75,22 @@ class Completer {
   // One transaction each, for a batch PostgreSQL refused.
   void isolate(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
                std::vector<detail::Release>& released);
+  // Before writing again after a COMMIT whose answer was lost: drops from the vectors what that
+  // write carried if it committed. Throws while the server cannot tell yet.
+  void resolve_doubt(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
+                     std::vector<detail::Release>& released);
   std::size_t queued() const { return done_.size() + failed_.size() + released_.size(); }
 
   const detail::ConnectOptions connect_;
   detail::JobObserver* const observer_;
   std::unique_ptr<pqxx::connection> conn_;
+  // The last write whose COMMIT lost its answer: its transaction, and the claims (job id, token)
+  // of the outcomes it carried. The completer thread's alone.
+  struct Doubt {
+    std::string xid;
+    std::vector<std::pair<std::int64_t, std::int64_t>> claims;
+  };
+  std::optional<Doubt> doubt_;
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

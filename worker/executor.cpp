@@ -23,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 // The longest retry delay (100 years, as the SQL API's delay limit) and error message stored.
 constexpr std::int64_t kMaxDelayMs = 3'153'600'000'000;
 constexpr std::size_t kMaxErrorBytes = 4000;
+// How long a pool thread asks what became of a COMMIT that lost its answer.
+constexpr auto kDoubtWait = std::chrono::seconds(10);
 
 // Each pool thread's own generator for retry jitter.
 std::mt19937_64& thread_rng() {
@@ -503,8 +505,9 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
     if (Clock::now() > ctx.deadline()) throw std::runtime_error("timeout: ran past its limit");
     run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const Job& job = ctx.job();
+    std::string xid;
     if (!detail::complete_in(
-            *tx, {job.id, job.epoch, claimed.token, run_seconds, job.queue, job.type})) {
+            *tx, {job.id, job.epoch, claimed.token, run_seconds, job.queue, job.type}, &xid)) {
       tx->abort();
       spdlog::warn(
           "job FENCED: job={} queue={} type={} epoch={}: a newer epoch owns it; the "
@@ -513,12 +516,44 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
       if (observer_ != nullptr) observer_->jobs_fenced(job.queue, job.type, 1);
       return false;
     }
-    tx->commit();
+    try {
+      tx->commit();
+    } catch (const pqxx::in_doubt_error&) {
+      tl_conn.reset();
+      if (!committed_after_all(xid, job)) throw;
+    }
     return true;
   } catch (const std::exception& e) {
     if (detail::is_connection_error(e)) tl_conn.reset();
     throw;
   }
+}
+
+bool Executor::committed_after_all(const std::string& xid, const Job& job) {
+  // The server ends the transaction when it sees the client gone (at once, or by the session's
+  // idle timeouts): until then it is "in progress". Asked on a new connection, for a bounded
+  // time, as this pool thread waits.
+  const auto deadline = Clock::now() + kDoubtWait;
+  std::string status = "unknown";
+  for (int tries = 0; tries < 100 && Clock::now() < deadline; ++tries) {
+    try {
+      auto conn = detail::connect(config_.connect);
+      status = detail::transaction_status(*conn, xid);
+    } catch (const std::exception& e) {
+      status = "unknown (" + detail::failure_text(e) + ")";
+    }
+    if (status != "in progress" && !status.starts_with("unknown (")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  spdlog::warn(
+      "the COMMIT of job={} queue={} type={} lost its answer (the connection was lost as it ran); "
+      "{}",
+      job.id, job.queue, job.type,
+      status == "committed" ? std::string("the server says it committed: the job is done")
+                            : "the server says " + status +
+                                  ": the attempt counts as failed (its outcome matches "
+                                  "only its own claim, so nothing is written twice)");
+  return status == "committed";
 }
 
 void Executor::run(Run& run) {

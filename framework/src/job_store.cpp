@@ -333,6 +333,21 @@ SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, 
 RETURNING id
 )sql";
 
+// The same, in a handler's transaction, also returning the transaction's id (kept in case the
+// answer to its COMMIT is lost: see transaction_status).
+const std::string kCompleteInSql =
+    std::string(kCompleteSql, std::string_view(kCompleteSql).rfind("RETURNING id")) +
+    "RETURNING id, pg_catalog.pg_current_xact_id()::text\n";
+
+// What became of a transaction whose COMMIT's answer was lost: 'committed', 'aborted', 'in
+// progress' (its session still runs: it may yet commit), 'unknown' (too old for the server to
+// tell, or never seen by this server: one promoted from a standby that it had not reached).
+constexpr const char* kTransactionStatusSql = R"sql(
+SELECT CASE WHEN $1::xid8 >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())
+            THEN 'unknown'
+            ELSE coalesce(pg_catalog.pg_xact_status($1::xid8), 'unknown') END
+)sql";
+
 // A job claimed but never started goes back as it was before the claim; one whose cancellation
 // was asked meanwhile goes to history as cancelled instead. Found as completions are (see
 // kCompleteSql): $1 ids, sorted and distinct, $2 epochs, $3 tokens.
@@ -558,10 +573,18 @@ std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int
   return n;
 }
 
-bool complete_in(pqxx::work& tx, const Completion& done) {
-  return tx.exec_params(kCompleteSql, int_array({done.id}), int_array({done.epoch}),
-                        double_array({done.run_seconds}), int_array({done.token}))
-             .affected_rows() == 1;
+bool complete_in(pqxx::work& tx, const Completion& done, std::string* xid) {
+  const auto r = tx.exec_params(xid != nullptr ? kCompleteInSql.c_str() : kCompleteSql,
+                                int_array({done.id}), int_array({done.epoch}),
+                                double_array({done.run_seconds}), int_array({done.token}));
+  if (r.size() != 1) return false;
+  if (xid != nullptr) *xid = r[0][1].c_str();
+  return true;
+}
+
+std::string transaction_status(pqxx::connection& conn, const std::string& xid) {
+  pqxx::nontransaction tx(conn);
+  return tx.exec_params(kTransactionStatusSql, xid)[0][0].c_str();
 }
 
 namespace {
@@ -596,7 +619,8 @@ std::vector<const Outcome*> by_id(const std::vector<Outcome>& all,
 
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed, std::vector<std::int64_t>* fenced,
-                           const std::vector<Release>& released, std::size_t* released_applied) {
+                           const std::vector<Release>& released, std::size_t* released_applied,
+                           std::string* in_doubt) {
   conn.prepare("baton_complete", kCompleteSql);
   auto apply = [&](pqxx::transaction_base& tx) {
     std::size_t applied = 0;
@@ -654,11 +678,34 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
   };
   // In a transaction even when the completions alone are one statement: a batch cut while its
   // statement runs is then rolled back, not committed unanswered, so that the batch sent again
-  // does not find its own jobs gone and report them fenced. (Only a cut during COMMIT leaves
-  // that in doubt.)
-  pqxx::work tx(conn);
-  const auto applied = apply(tx);
-  tx.commit();
+  // does not find its own jobs gone and report them fenced. Only a COMMIT whose answer is lost
+  // leaves that in doubt; its transaction's id, read in the same round trip as BEGIN, tells the
+  // caller later (transaction_status). Hence BEGIN and COMMIT by hand: pqxx::work cannot send
+  // a statement with its BEGIN.
+  pqxx::nontransaction tx(conn);
+  const std::string xid =
+      tx.exec("BEGIN; SELECT pg_catalog.pg_current_xact_id()::text")[0][0].c_str();
+  std::size_t applied = 0;
+  try {
+    applied = apply(tx);
+  } catch (...) {
+    // A refused statement leaves the transaction aborted; end it, or the connection is useless.
+    // (A lost connection ends it on the server by itself.)
+    if (conn.is_open()) {
+      try {
+        tx.exec("ROLLBACK");
+      } catch (const std::exception&) {  // the error that matters is the one being thrown
+      }
+    }
+    throw;
+  }
+  try {
+    tx.exec("COMMIT");
+  } catch (const std::exception& e) {
+    // A refused COMMIT (a deferred check) rolled back; a lost connection may have committed.
+    if (in_doubt != nullptr && (is_connection_error(e) || !conn.is_open())) *in_doubt = xid;
+    throw;
+  }
   return applied;
 }
 

@@ -16,6 +16,7 @@
 #include "baton/detail/migrations.h"
 #include "baton/detail/registry.h"
 #include "support/node_runner.h"
+#include "support/proxy.h"
 #include "support/schema_test.h"
 #include "support/support.h"
 #include "worker/completer.h"
@@ -40,6 +41,26 @@ void spin_cpu(std::chrono::nanoseconds cpu) {
       return;
   }
 }
+
+// Counts what the completer and the executor report as fenced, and ignores the rest.
+class FenceCounter : public baton::detail::JobObserver {
+ public:
+  std::atomic<std::size_t> fenced{0};
+  std::atomic<int> completed{0};
+  void database_error(std::string_view) override {}
+  void job_started(std::string_view, std::string_view, double) override {}
+  void job_finished(std::string_view, std::string_view, baton::detail::Outcome outcome, double,
+                    double) override {
+    if (outcome == baton::detail::Outcome::completed) ++completed;
+  }
+  void jobs_fenced(std::string_view, std::string_view, std::size_t n) override { fenced += n; }
+  void jobs_released(std::size_t) override {}
+  void pool_busy(int, int, int) override {}
+  void claimed_waiting(int) override {}
+  void completer_pending(std::size_t) override {}
+  void claim_took(double, bool) override {}
+  void claim_cut(baton::detail::ClaimCut) override {}
+};
 
 class Worker : public SchemaTest {
  protected:
@@ -575,6 +596,138 @@ TEST_F(Worker, AFailureRefusedAsItWasIsKeptWhenTheConnectionIsLostWritingItsSafe
                   "recorded as it was%refuse me'"),
             1)
       << "the failure was dropped: the job is still running";
+}
+
+TEST_F(Worker, OutcomesWhoseCommitLostItsAnswerAreWrittenOnceAndNeverCountedAsFenced) {
+  // The connection is lost after the server ran a write's COMMIT and before its answer arrived:
+  // the completer cannot tell whether the outcomes were written. Sent again after they were, each
+  // would find its job gone and be counted as fenced (an alert for a deposed leader); not sent
+  // again after they were not, the jobs would stay running until a rescue and run twice. The
+  // server knows: the completer asks it before writing again.
+  std::vector<std::int64_t> ids;
+  {
+    pqxx::nontransaction tx(*db_);
+    for (const auto& row :
+         tx.exec("INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
+                 "claimed_at, first_started_at, claims) SELECT 'default', 't', 'running', 1, 1, "
+                 "'solo', now(), now(), 1 FROM generate_series(1, 6) RETURNING id"))
+      ids.push_back(row[0].as<std::int64_t>());
+    std::sort(ids.begin(), ids.end());
+    // The second round's first COMMIT fails on the server as it commits (its session ends in a
+    // deferred check): that write did not commit, and must be sent again.
+    tx.exec("CREATE SEQUENCE commits_to_fail");
+    tx.exec(R"sql(
+      CREATE FUNCTION fail_first_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
+      BEGIN
+        IF NEW.id > )sql" +
+            std::to_string(ids[2]) + R"sql( AND nextval('commits_to_fail') = 1 THEN
+          PERFORM pg_terminate_backend(pg_backend_pid());
+          PERFORM pg_sleep(5);
+        END IF;
+        RETURN NULL;
+      END $f$)sql");
+    tx.exec(
+        "CREATE CONSTRAINT TRIGGER fail_first_commit AFTER INSERT ON job_history DEFERRABLE "
+        "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_first_commit()");
+  }
+  auto outcomes = [](std::int64_t done, std::int64_t retried, std::int64_t released) {
+    std::tuple<baton::detail::Completion, baton::detail::Failure, baton::detail::Release> out{
+        {.id = done, .epoch = 1, .token = 1, .run_seconds = 0.001},
+        {.id = retried,
+         .epoch = 1,
+         .token = 1,
+         .attempt = 1,
+         .error = "try again",
+         .dead = false,
+         .reason = "",
+         .retry_delay_ms = 60'000},
+        {.id = released, .epoch = 1, .token = 1}};
+    return out;
+  };
+  Proxy proxy(database_url());
+  FenceCounter observer;
+  baton::worker::Completer completer({.url = proxy.url_through(database_url()), .schema = schema_},
+                                     &observer);
+  completer.start();
+  // Round 1: the answer to the COMMIT is lost after the server committed.
+  proxy.lose_answer_to("COMMIT");
+  auto [d1, f1, r1] = outcomes(ids[0], ids[1], ids[2]);
+  completer.add(d1);
+  completer.add(f1);
+  completer.add(r1);
+  ASSERT_TRUE(completer.wait_flushed(30s));
+  EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT lost its answer: the test tested nothing";
+  // Round 2: the COMMIT fails on the server and the connection is lost with it.
+  auto [d2, f2, r2] = outcomes(ids[3], ids[4], ids[5]);
+  completer.add(d2);
+  completer.add(f2);
+  completer.add(r2);
+  ASSERT_TRUE(completer.wait_flushed(30s));
+  completer.stop(1s);
+  EXPECT_GE(count("SELECT last_value FROM commits_to_fail"), 2)
+      << "the second round's write was not sent again after its COMMIT failed on the server";
+
+  EXPECT_EQ(observer.fenced.load(), 0u) << "outcomes written once were counted as fenced";
+  for (int round = 0; round < 2; ++round) {
+    const auto done = std::to_string(ids[3 * round]), retried = std::to_string(ids[3 * round + 1]),
+               released = std::to_string(ids[3 * round + 2]);
+    EXPECT_EQ(
+        count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND id = " + done), 1)
+        << "round " << round + 1;
+    EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND "
+                    "jsonb_array_length(errors) = 1 AND id = " +
+                    retried),
+              1)
+        << "round " << round + 1 << ": the retry was not written exactly once";
+    EXPECT_EQ(
+        count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 AND id = " +
+              released),
+        1)
+        << "round " << round + 1 << ": the release was not written exactly once";
+  }
+}
+
+TEST_F(Worker, ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried) {
+  // A transactional handler's writes and its completion commit together; the answer to that
+  // COMMIT is lost. The server committed: the job is done, and must be neither retried nor its
+  // failure counted as fenced.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, claimed_at, "
+        "first_started_at) VALUES ('default', 'ledger', 'running', 1, 1, 'solo', now(), now())");
+    tx.exec("CREATE TABLE ledger (job bigint)");
+  }
+  baton::detail::HandlerRegistry handlers;
+  handlers.add("ledger", baton::TxHandler([&](JobContext& ctx, pqxx::work& tx) {
+                 tx.exec_params("INSERT INTO \"" + schema_ + "\".ledger VALUES ($1)", ctx.job().id);
+               }));
+  Proxy proxy(database_url());
+  FenceCounter observer;
+  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, &observer);
+  completer.start();
+  {
+    baton::worker::Executor executor(
+        {.connect = {.url = proxy.url_through(database_url()), .schema = schema_},
+         .threads = 1,
+         .node_id = "solo",
+         .retry = {}},
+        handlers, completer, &observer, [] {});
+    executor.accept(1);
+    proxy.lose_answer_to("COMMIT");
+    submit_rows(executor, "ledger");
+    ASSERT_TRUE(executor.wait_idle(30s));
+  }
+  ASSERT_TRUE(completer.wait_flushed(20s));
+  completer.stop(1s);
+  EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT lost its answer: the test tested nothing";
+  EXPECT_EQ(count("SELECT count(*) FROM ledger"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND errors IS "
+                  "NULL"),
+            1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
+  EXPECT_EQ(observer.completed.load(), 1);
+  EXPECT_EQ(observer.fenced.load(), 0u) << "the job's failure was written after it committed";
 }
 
 TEST_F(Worker, ABacklogOfOutcomesIsWrittenOldestFirstInWritesOfBoundedSize) {

@@ -141,6 +141,11 @@ void Proxy::heal() {
   [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
 }
 
+void Proxy::lose_answer_to(std::string text) {
+  std::lock_guard lock(lose_mutex_);
+  lose_text_ = std::move(text);
+}
+
 void Proxy::run() {
   std::vector<pollfd> fds;
   char buf[64 * 1024];
@@ -184,8 +189,22 @@ void Proxy::run() {
       const auto ra = fds[2 + 2 * i].revents, rb = fds[3 + 2 * i].revents;
       bool ok = true;
       if (ra & (POLLIN | POLLHUP | POLLERR)) ok = ok && pull(p.a, p.a_to_b, p.a_eof);
+      if (p.doomed == 0 && !p.a_to_b.empty()) {
+        std::lock_guard lock(lose_mutex_);
+        if (!lose_text_.empty() && p.a_to_b.find(lose_text_) != std::string::npos) {
+          p.doomed = 1;
+          lose_text_.clear();
+        }
+      }
       if (rb & (POLLIN | POLLHUP | POLLERR)) ok = ok && pull(p.b, p.b_to_a, p.b_eof);
+      if (p.doomed == 2 && !p.b_to_a.empty()) {
+        // The protocol is one statement at a time: this is the answer to the doomed one.
+        p.b_to_a.clear();
+        answers_lost_.fetch_add(1);
+        ok = false;
+      }
       if (!p.a_to_b.empty()) ok = ok && push(p.b, p.a_to_b);
+      if (p.doomed == 1 && p.a_to_b.empty()) p.doomed = 2;
       if (!p.b_to_a.empty()) ok = ok && push(p.a, p.b_to_a);
       // A side that closed is passed on once what it sent has been delivered.
       if (p.a_eof && p.a_to_b.empty()) shutdown(p.b, SHUT_WR);

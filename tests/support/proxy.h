@@ -34,12 +34,20 @@ class Proxy {
   bool blackholed() const { return blackholed_.load(); }
   // Connections accepted so far (to tell that a node reconnected through it).
   int accepted() const { return accepted_.load(); }
+  // Once: the first connection to send a message that contains `text` (a simple query's SQL,
+  // such as "COMMIT") gets it delivered, and the server's answer to it is thrown away as both
+  // sockets close: the client lost the answer to a statement the server ran.
+  void lose_answer_to(std::string text);
+  // Answers lost so far.
+  int answers_lost() const { return answers_lost_.load(); }
 
  private:
   struct Pipe {
     int a = -1, b = -1;          // the client's socket, the server's socket
     std::string a_to_b, b_to_a;  // read, not yet written
     bool a_eof = false, b_eof = false;
+    // lose_answer_to: 1 when the client sent the text, 2 once it was delivered whole.
+    int doomed = 0;
   };
   void run();
   void stop();
@@ -52,6 +60,9 @@ class Proxy {
   std::atomic<bool> blackholed_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<int> accepted_{0};
+  std::atomic<int> answers_lost_{0};
+  std::mutex lose_mutex_;
+  std::string lose_text_;    // under lose_mutex_
   std::vector<Pipe> pipes_;  // the forwarding thread's alone
   std::thread thread_;
 };

@@ -163,17 +163,25 @@ struct Release {
 };
 
 // Completes one job inside the caller's transaction (transactional handlers). False when the job
-// is no longer running under that claim: the caller must roll back (fenced).
-bool complete_in(pqxx::work& tx, const Completion& done);
+// is no longer running under that claim: the caller must roll back (fenced). When given, `xid`
+// gets the transaction's id, for transaction_status should the answer to its COMMIT be lost.
+bool complete_in(pqxx::work& tx, const Completion& done, std::string* xid = nullptr);
+
+// What became of transaction `xid` (pg_current_xact_id) on this server: "committed", "aborted",
+// "in progress" (its session has not ended it yet) or "unknown" (too old, or never seen here).
+std::string transaction_status(pqxx::connection& conn, const std::string& xid);
 
 // Applies outcomes in one transaction. Returns how many completions and failures were applied;
 // the ids of the rest (the fenced ones) go to `fenced` when given. Releases that no longer match
 // (a newer epoch rescued the job) are ignored. A failure of a job whose cancellation was asked
-// goes to history as cancelled instead of being retried.
+// goes to history as cancelled instead of being retried. When the connection is lost during
+// COMMIT, `in_doubt` (when given) gets the transaction's id before the error is rethrown: the
+// outcomes may have been written (transaction_status tells).
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed,
                            std::vector<std::int64_t>* fenced = nullptr,
                            const std::vector<Release>& released = {},
-                           std::size_t* released_applied = nullptr);
+                           std::size_t* released_applied = nullptr,
+                           std::string* in_doubt = nullptr);
 
 }  // namespace baton::detail
