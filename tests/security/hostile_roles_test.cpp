@@ -313,6 +313,18 @@ TEST_F(HostileRoles, OperatorsPlantedOnACallersSearchPathNeverRunInBatonsStateme
     pqxx::connection victim(victim_url);
     pqxx::nontransaction tx(victim);
     EXPECT_THROW(tx.exec("SELECT 5::bigint * interval '1 millisecond'"), pqxx::sql_error);
+    // baton's inlined SQL functions, called from the victim's own SQL, do not run them.
+    for (const std::string call :
+         {"shard_of(NULL, 4)", "shard_of('key', 4)", "partition_of('key', 3)"}) {
+      EXPECT_NO_THROW(tx.exec("SELECT " + q(call))) << call;
+    }
+    // With the same results as pg_catalog's operators on the same values.
+    EXPECT_EQ(tx.exec("SELECT " + q("shard_of('key', 4)") +
+                      " = ((pg_catalog.hashtextextended("
+                      "'key', 0) OPERATOR(pg_catalog.%) 4) OPERATOR(pg_catalog.+) 4) "
+                      "OPERATOR(pg_catalog.%) 4")[0][0]
+                  .as<bool>(),
+              true);
   }
   // Two shards: a job without a key gets one through shard_of's float8 * integer.
   pqxx::nontransaction(*db_).exec("UPDATE " + q("settings") +
