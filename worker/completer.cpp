@@ -29,6 +29,9 @@ detail::ConnectOptions completion_session(detail::ConnectOptions connect) {
 
 // A batch that has not been written this long is cut and written again on a new connection.
 constexpr auto kWriteDeadline = std::chrono::seconds(30);
+// How long the outcomes of a write whose COMMIT lost its answer wait for the server to end that
+// transaction before they are sent again.
+constexpr auto kWriteDoubtWait = std::chrono::seconds(60);
 
 }  // namespace
 
@@ -257,7 +260,7 @@ void Completer::apply(std::vector<detail::Completion>& done, std::vector<detail:
     applied = detail::apply_outcomes(*conn_, done, failed, &fenced, released, &put_back, &in_doubt);
   } catch (const std::exception&) {
     if (!in_doubt.empty()) {
-      Doubt d{in_doubt, {}};
+      Doubt d{in_doubt, {}, std::chrono::steady_clock::now()};
       for (const auto& o : done)
         d.claims.emplace_back(o.id, o.token);
       for (const auto& o : failed)
@@ -305,13 +308,19 @@ void Completer::apply(std::vector<detail::Completion>& done, std::vector<detail:
 void Completer::resolve_doubt(std::vector<detail::Completion>& done,
                               std::vector<detail::Failure>& failed,
                               std::vector<detail::Release>& released) {
-  const std::string status = detail::transaction_status(*conn_, doubt_->xid);
+  std::string status = detail::transaction_status(*conn_, doubt_->xid);
   if (status == "in progress") {
     // Its session has not ended it yet (the server has not seen the client go): it may still
-    // commit. It ends by the session's idle-in-transaction timeout at the latest.
-    throw std::runtime_error(
-        "a write whose COMMIT lost its answer is still in progress on the "
-        "server; its outcomes are written again once it has ended");
+    // commit. A COMMIT that never reached the server ends by the session's idle-in-transaction
+    // timeout; one held by a synchronous standby may not end soon, and the other outcomes wait
+    // behind it: after kWriteDoubtWait the batch is sent again (its outcomes then wait for that
+    // transaction's row locks, and are fenced if it commits: nothing is written twice).
+    if (std::chrono::steady_clock::now() - doubt_->since < kWriteDoubtWait) {
+      throw std::runtime_error(
+          "a write whose COMMIT lost its answer is still in progress on the server; its "
+          "outcomes are written again once it has ended");
+    }
+    status = "still in progress after " + std::to_string(kWriteDoubtWait.count()) + "s";
   }
   const std::size_t carried = doubt_->claims.size();
   if (status == "committed") {
@@ -324,11 +333,13 @@ void Completer::resolve_doubt(std::vector<detail::Completion>& done,
     std::erase_if(failed, written);
     std::erase_if(released, written);
   }
-  spdlog::info(
-      "completer: a write of {} outcomes lost the answer to its COMMIT; the server says "
-      "it {}: {}",
-      carried, status == "committed" ? "committed" : "did not commit (" + status + ")",
-      status == "committed" ? "not written again" : "writing them again");
+  spdlog::info("completer: a write of {} outcomes lost the answer to its COMMIT; {}", carried,
+               status == "committed"
+                   ? std::string("the server says it committed: not written again")
+               : status == "aborted"
+                   ? std::string("the server says it did not commit: writing them again")
+                   : "the server cannot tell (" + status +
+                         "): writing them again (any it wrote are then counted as fenced)");
   doubt_.reset();
 }
 

@@ -89,6 +89,7 @@ class Completer {
   struct Doubt {
     std::string xid;
     std::vector<std::pair<std::int64_t, std::int64_t>> claims;
+    std::chrono::steady_clock::time_point since;
   };
   std::optional<Doubt> doubt_;
 

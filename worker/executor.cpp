@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kMaxDelayMs = 3'153'600'000'000;
 constexpr std::size_t kMaxErrorBytes = 4000;
 // How long a pool thread asks what became of a COMMIT that lost its answer.
-constexpr auto kDoubtWait = std::chrono::seconds(10);
+constexpr auto kCommitDoubtWait = std::chrono::seconds(10);
 
 // Each pool thread's own generator for retry jitter.
 std::mt19937_64& thread_rng() {
@@ -519,8 +519,15 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
     try {
       tx->commit();
     } catch (const pqxx::in_doubt_error&) {
+      // The transaction and the call watch refer to the connection: they go first.
+      tx.reset();
+      armed.reset();
       tl_conn.reset();
-      if (!committed_after_all(xid, job)) throw;
+      const std::string status = commit_status(xid, run);
+      if (status != "committed") {
+        throw pqxx::broken_connection(
+            "the connection was lost as the job's COMMIT ran, and the server says " + status);
+      }
     }
     return true;
   } catch (const std::exception& e) {
@@ -529,15 +536,19 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
   }
 }
 
-bool Executor::committed_after_all(const std::string& xid, const Job& job) {
+std::string Executor::commit_status(const std::string& xid, const Run& run) {
   // The server ends the transaction when it sees the client gone (at once, or by the session's
   // idle timeouts): until then it is "in progress". Asked on a new connection, for a bounded
-  // time, as this pool thread waits.
-  const auto deadline = Clock::now() + kDoubtWait;
+  // time, as this pool thread waits; the end of the epoch cuts the wait (the outcome is then
+  // fenced either way).
+  const Job& job = run.claimed.job;
+  const auto owner = detail::owner_of(run.epoch.get());
+  const auto deadline = Clock::now() + kCommitDoubtWait;
   std::string status = "unknown";
-  for (int tries = 0; tries < 100 && Clock::now() < deadline; ++tries) {
+  for (int tries = 0; tries < 100 && Clock::now() < deadline && !run.epoch->ended.load(); ++tries) {
     try {
-      auto conn = detail::connect(config_.connect);
+      auto conn = detail::connect(config_.connect, owner);
+      auto armed = detail::CallWatch::instance().arm(*conn, deadline, owner);
       status = detail::transaction_status(*conn, xid);
     } catch (const std::exception& e) {
       status = "unknown (" + detail::failure_text(e) + ")";
@@ -546,14 +557,15 @@ bool Executor::committed_after_all(const std::string& xid, const Job& job) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   spdlog::warn(
-      "the COMMIT of job={} queue={} type={} lost its answer (the connection was lost as it ran); "
-      "{}",
+      "the COMMIT of job={} queue={} type={} lost its answer (the connection was lost as it "
+      "ran); {}",
       job.id, job.queue, job.type,
-      status == "committed" ? std::string("the server says it committed: the job is done")
-                            : "the server says " + status +
-                                  ": the attempt counts as failed (its outcome matches "
-                                  "only its own claim, so nothing is written twice)");
-  return status == "committed";
+      status == "committed"
+          ? std::string("the server says it committed: the job is done")
+          : "the server says " + status +
+                ": the attempt counts as failed (its outcome matches only its own claim, so "
+                "nothing is written twice)");
+  return status;
 }
 
 void Executor::run(Run& run) {

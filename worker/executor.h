@@ -166,10 +166,11 @@ class Executor {
   // the commit was fenced (the outcome is then settled: nothing more to record).
   bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx, const Run& run,
                          double& run_seconds);
-  // After a transactional job's COMMIT lost its answer: asks the server, on a new connection,
-  // whether transaction `xid` committed (the job is then done, and must not be retried, nor its
-  // failure counted as fenced). Waits up to kDoubtWait while the server has not ended it.
-  bool committed_after_all(const std::string& xid, const Job& job);
+  // After a transactional job's COMMIT lost its answer: what the server, asked on a new
+  // connection, says became of that transaction (detail::transaction_status; "committed": the
+  // job is done, and must be neither retried nor its failure counted as fenced). Waits up to
+  // kCommitDoubtWait while the server has not ended it, or until the epoch ends.
+  std::string commit_status(const std::string& xid, const Run& run);
   std::shared_ptr<EpochRuns> epoch_runs(std::int64_t epoch);
   // The next submitted job to start: the epochs (shards) take turns, each in claim order, so that
   // a shard just won does not wait behind the jobs its node had buffered for its other shards.

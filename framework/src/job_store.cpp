@@ -333,19 +333,35 @@ SELECT id, queue, partition_key, type, payload, priority, attempts, created_at, 
 RETURNING id
 )sql";
 
-// The same, in a handler's transaction, also returning the transaction's id (kept in case the
-// answer to its COMMIT is lost: see transaction_status).
+// A reference to the current transaction, for transaction_status: its id, and the start of the
+// server that gave it (after a failover or a restart, the same number can name another
+// transaction, or none). Reading it assigns the transaction an id, as its first write would.
+#define BATON_TRANSACTION_REF                        \
+  "pg_catalog.pg_current_xact_id()::text || '@' || " \
+  "extract(epoch FROM pg_catalog.pg_postmaster_start_time())::text"
+
+// The completion of kCompleteSql in a handler's transaction, also returning that reference.
 const std::string kCompleteInSql =
     std::string(kCompleteSql, std::string_view(kCompleteSql).rfind("RETURNING id")) +
-    "RETURNING id, pg_catalog.pg_current_xact_id()::text\n";
+    "RETURNING id, " BATON_TRANSACTION_REF "\n";
 
-// What became of a transaction whose COMMIT's answer was lost: 'committed', 'aborted', 'in
-// progress' (its session still runs: it may yet commit), 'unknown' (too old for the server to
-// tell, or never seen by this server: one promoted from a standby that it had not reached).
+constexpr const char* kBeginSql = "BEGIN; SELECT " BATON_TRANSACTION_REF;
+
+#undef BATON_TRANSACTION_REF
+
+// What became of a referenced transaction: 'committed', 'aborted', 'in progress' (its session
+// has not ended it: it may yet commit), or 'unknown': another server (a standby promoted since,
+// or a restart), or too old for the server to tell. An id this server has not handed out yet
+// would make pg_xact_status fail; every id it handed out is below its next one.
 constexpr const char* kTransactionStatusSql = R"sql(
-SELECT CASE WHEN $1::xid8 >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())
-            THEN 'unknown'
-            ELSE coalesce(pg_catalog.pg_xact_status($1::xid8), 'unknown') END
+SELECT CASE
+  WHEN pg_catalog.split_part($1, '@', 2)
+       IS DISTINCT FROM extract(epoch FROM pg_catalog.pg_postmaster_start_time())::text
+    OR pg_catalog.split_part($1, '@', 1)::pg_catalog.xid8 >= pg_catalog.pg_current_xact_id()
+  THEN 'unknown'
+  ELSE coalesce(pg_catalog.pg_xact_status(pg_catalog.split_part($1, '@', 1)::pg_catalog.xid8),
+                'unknown')
+END
 )sql";
 
 // A job claimed but never started goes back as it was before the claim; one whose cancellation
@@ -683,18 +699,23 @@ std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>
   // caller later (transaction_status). Hence BEGIN and COMMIT by hand: pqxx::work cannot send
   // a statement with its BEGIN.
   pqxx::nontransaction tx(conn);
-  const std::string xid =
-      tx.exec("BEGIN; SELECT pg_catalog.pg_current_xact_id()::text")[0][0].c_str();
+  std::string xid;
   std::size_t applied = 0;
   try {
+    xid = tx.exec(kBeginSql)[0][0].c_str();
     applied = apply(tx);
-  } catch (...) {
-    // A refused statement leaves the transaction aborted; end it, or the connection is useless.
-    // (A lost connection ends it on the server by itself.)
+  } catch (const std::exception& e) {
+    // A refused or cancelled statement leaves the transaction aborted (BEGIN ran even if the
+    // SELECT with it did not): end it, or every later statement on this connection fails. A
+    // lost connection ends it on the server by itself.
     if (conn.is_open()) {
       try {
         tx.exec("ROLLBACK");
-      } catch (const std::exception&) {  // the error that matters is the one being thrown
+      } catch (const std::exception& rollback) {
+        // The connection cannot be trusted to be outside a transaction: its owner must drop it.
+        throw pqxx::broken_connection("a write failed (" + one_line(e.what()) +
+                                      ") and so did its ROLLBACK (" + one_line(rollback.what()) +
+                                      ")");
       }
     }
     throw;

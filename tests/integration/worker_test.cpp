@@ -687,6 +687,40 @@ TEST_F(Worker, OutcomesWhoseCommitLostItsAnswerAreWrittenOnceAndNeverCountedAsFe
   }
 }
 
+TEST_F(Worker, TheServerSaysWhatBecameOfATransactionAsItsCommitRanOrNeverRan) {
+  // What a node asks after a COMMIT lost its answer, asked of transactions in each state.
+  std::vector<std::int64_t> ids;
+  {
+    pqxx::nontransaction tx(*db_);
+    for (const auto& row :
+         tx.exec("INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
+                 "claimed_at, first_started_at) SELECT 'default', 't', 'running', 1, 1, 'solo', "
+                 "now(), now() FROM generate_series(1, 2) RETURNING id"))
+      ids.push_back(row[0].as<std::int64_t>());
+  }
+  std::sort(ids.begin(), ids.end());
+  auto a_conn = connect(schema_), b_conn = connect(schema_);
+  std::string a, b;
+  pqxx::work a_tx(*a_conn), b_tx(*b_conn);
+  ASSERT_TRUE(baton::detail::complete_in(
+      a_tx, {.id = ids[0], .epoch = 1, .token = 0, .run_seconds = 0.001}, &a));
+  ASSERT_TRUE(baton::detail::complete_in(
+      b_tx, {.id = ids[1], .epoch = 1, .token = 0, .run_seconds = 0.001}, &b));
+  // Both still open, `b` the newest transaction: neither has ended.
+  EXPECT_EQ(baton::detail::transaction_status(*db_, a), "in progress");
+  EXPECT_EQ(baton::detail::transaction_status(*db_, b), "in progress");
+  a_tx.commit();
+  b_tx.abort();
+  EXPECT_EQ(baton::detail::transaction_status(*db_, a), "committed");
+  EXPECT_EQ(baton::detail::transaction_status(*db_, b), "aborted");
+  // The same number from another server (one promoted since, or the same one restarted), or a
+  // number this server never handed out: it cannot tell.
+  const auto at = a.find('@');
+  ASSERT_NE(at, std::string::npos) << a;
+  EXPECT_EQ(baton::detail::transaction_status(*db_, a.substr(0, at) + "@1"), "unknown");
+  EXPECT_EQ(baton::detail::transaction_status(*db_, "999999999999" + a.substr(at)), "unknown");
+}
+
 TEST_F(Worker, ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried) {
   // A transactional handler's writes and its completion commit together; the answer to that
   // COMMIT is lost. The server committed: the job is done, and must be neither retried nor its

@@ -164,19 +164,23 @@ struct Release {
 
 // Completes one job inside the caller's transaction (transactional handlers). False when the job
 // is no longer running under that claim: the caller must roll back (fenced). When given, `xid`
-// gets the transaction's id, for transaction_status should the answer to its COMMIT be lost.
+// gets a reference to the transaction, for transaction_status should the answer to its COMMIT
+// be lost.
 bool complete_in(pqxx::work& tx, const Completion& done, std::string* xid = nullptr);
 
-// What became of transaction `xid` (pg_current_xact_id) on this server: "committed", "aborted",
-// "in progress" (its session has not ended it yet) or "unknown" (too old, or never seen here).
+// What became of a transaction (a reference from complete_in or apply_outcomes): "committed",
+// "aborted", "in progress" (its session has not ended it yet), or "unknown" (another server,
+// such as a standby promoted since, or a restart; or too old for the server to tell).
 std::string transaction_status(pqxx::connection& conn, const std::string& xid);
 
 // Applies outcomes in one transaction. Returns how many completions and failures were applied;
 // the ids of the rest (the fenced ones) go to `fenced` when given. Releases that no longer match
 // (a newer epoch rescued the job) are ignored. A failure of a job whose cancellation was asked
 // goes to history as cancelled instead of being retried. When the connection is lost during
-// COMMIT, `in_doubt` (when given) gets the transaction's id before the error is rethrown: the
-// outcomes may have been written (transaction_status tells).
+// COMMIT, `in_doubt` (when given) gets a reference to the transaction before the error is
+// rethrown: the outcomes may have been written (transaction_status tells). A statement that
+// fails is rolled back; should the ROLLBACK fail too, pqxx::broken_connection is thrown (the
+// connection must not be used again).
 std::size_t apply_outcomes(pqxx::connection& conn, const std::vector<Completion>& done,
                            const std::vector<Failure>& failed,
                            std::vector<std::int64_t>* fenced = nullptr,
