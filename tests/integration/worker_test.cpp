@@ -82,6 +82,20 @@ class Worker : public SchemaTest {
       executor.submit(std::move(job));
     }
   }
+  // Inserts `n` jobs of `type` running under epoch 1 with claim token `claims`, as node "solo"
+  // would have claimed them; returns their ids in order.
+  std::vector<std::int64_t> running_jobs(int n, const std::string& type, int claims) {
+    pqxx::nontransaction tx(*db_);
+    std::vector<std::int64_t> ids;
+    for (const auto& row : tx.exec_params(
+             "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
+             "claimed_at, first_started_at, claims) SELECT 'default', $1, 'running', 1, 1, "
+             "'solo', now(), now(), $2 FROM generate_series(1, $3) RETURNING id",
+             type, claims, n))
+      ids.push_back(row[0].as<std::int64_t>());
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
   // Ends the server session `pid` (as a restart or a failover would) and waits until it is gone.
   bool end_session(long long pid) {
     const auto id = std::to_string(pid);
@@ -604,15 +618,9 @@ TEST_F(Worker, OutcomesWhoseCommitLostItsAnswerAreWrittenOnceAndNeverCountedAsFe
   // would find its job gone and be counted as fenced (an alert for a deposed leader); not sent
   // again after they were not, the jobs would stay running until a rescue and run twice. The
   // server knows: the completer asks it before writing again.
-  std::vector<std::int64_t> ids;
+  const auto ids = running_jobs(6, "t", 1);
   {
     pqxx::nontransaction tx(*db_);
-    for (const auto& row :
-         tx.exec("INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
-                 "claimed_at, first_started_at, claims) SELECT 'default', 't', 'running', 1, 1, "
-                 "'solo', now(), now(), 1 FROM generate_series(1, 6) RETURNING id"))
-      ids.push_back(row[0].as<std::int64_t>());
-    std::sort(ids.begin(), ids.end());
     // The second round's first COMMIT fails on the server as it commits (its session ends in a
     // deferred check): that write did not commit, and must be sent again.
     tx.exec("CREATE SEQUENCE commits_to_fail");
@@ -689,16 +697,7 @@ TEST_F(Worker, OutcomesWhoseCommitLostItsAnswerAreWrittenOnceAndNeverCountedAsFe
 
 TEST_F(Worker, TheServerSaysWhatBecameOfATransactionAsItsCommitRanOrNeverRan) {
   // What a node asks after a COMMIT lost its answer, asked of transactions in each state.
-  std::vector<std::int64_t> ids;
-  {
-    pqxx::nontransaction tx(*db_);
-    for (const auto& row :
-         tx.exec("INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, "
-                 "claimed_at, first_started_at) SELECT 'default', 't', 'running', 1, 1, 'solo', "
-                 "now(), now() FROM generate_series(1, 2) RETURNING id"))
-      ids.push_back(row[0].as<std::int64_t>());
-  }
-  std::sort(ids.begin(), ids.end());
+  const auto ids = running_jobs(2, "t", 0);
   auto a_conn = connect(schema_), b_conn = connect(schema_);
   std::string a, b;
   pqxx::work a_tx(*a_conn), b_tx(*b_conn);
@@ -725,13 +724,8 @@ TEST_F(Worker, ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried) {
   // A transactional handler's writes and its completion commit together; the answer to that
   // COMMIT is lost. The server committed: the job is done, and must be neither retried nor its
   // failure counted as fenced.
-  {
-    pqxx::nontransaction tx(*db_);
-    tx.exec(
-        "INSERT INTO jobs (queue, type, state, attempts, claimed_epoch, claimed_by, claimed_at, "
-        "first_started_at) VALUES ('default', 'ledger', 'running', 1, 1, 'solo', now(), now())");
-    tx.exec("CREATE TABLE ledger (job bigint)");
-  }
+  running_jobs(1, "ledger", 0);
+  pqxx::nontransaction(*db_).exec("CREATE TABLE ledger (job bigint)");
   baton::detail::HandlerRegistry handlers;
   handlers.add("ledger", baton::TxHandler([&](JobContext& ctx, pqxx::work& tx) {
                  tx.exec_params("INSERT INTO \"" + schema_ + "\".ledger VALUES ($1)", ctx.job().id);
