@@ -32,7 +32,9 @@ class Client {
   // Connects at once: to `database_url`, or to $DATABASE_URL when it is empty. Throws
   // ConfigError when neither is set, pqxx::broken_connection when the database is unreachable.
   // When the server ends the session (a restart, a failover), the next call throws a connection
-  // error and a later call opens a new session by itself.
+  // error and a later call opens a new session by itself. A call that threw a connection error
+  // may have enqueued its jobs (the answer to a committed statement can be lost): retry with the
+  // same idempotency keys to be sure of one job each.
   explicit Client(const std::string& database_url = "", ClientOptions options = {});
   explicit Client(const std::string& database_url, std::string schema)
       : Client(database_url, ClientOptions{.schema = std::move(schema)}) {}
