@@ -341,9 +341,12 @@ RETURNING id
   "extract(epoch FROM pg_catalog.pg_postmaster_start_time())::text"
 
 // The completion of kCompleteSql in a handler's transaction, also returning that reference.
-const std::string kCompleteInSql =
-    std::string(kCompleteSql, std::string_view(kCompleteSql).rfind("RETURNING id")) +
-    "RETURNING id, " BATON_TRANSACTION_REF "\n";
+const std::string& complete_in_sql() {
+  static const std::string sql =
+      std::string(kCompleteSql, std::string_view(kCompleteSql).rfind("RETURNING id")) +
+      "RETURNING id, " BATON_TRANSACTION_REF "\n";
+  return sql;
+}
 
 constexpr const char* kBeginSql = "BEGIN; SELECT " BATON_TRANSACTION_REF;
 
@@ -590,7 +593,7 @@ std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int
 }
 
 bool complete_in(pqxx::work& tx, const Completion& done, std::string* xid) {
-  const auto r = tx.exec_params(xid != nullptr ? kCompleteInSql.c_str() : kCompleteSql,
+  const auto r = tx.exec_params(xid != nullptr ? complete_in_sql().c_str() : kCompleteSql,
                                 int_array({done.id}), int_array({done.epoch}),
                                 double_array({done.run_seconds}), int_array({done.token}));
   if (r.size() != 1) return false;
