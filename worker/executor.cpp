@@ -523,6 +523,7 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
       tx.reset();
       armed.reset();
       tl_conn.reset();
+      if (observer_ != nullptr) observer_->database_error("executor");
       const std::string status = commit_status(xid, run);
       if (status != "committed") {
         throw pqxx::broken_connection(

@@ -47,7 +47,8 @@ class FenceCounter : public baton::detail::JobObserver {
  public:
   std::atomic<std::size_t> fenced{0};
   std::atomic<int> completed{0};
-  void database_error(std::string_view) override {}
+  std::atomic<int> database_errors{0};
+  void database_error(std::string_view) override { ++database_errors; }
   void job_started(std::string_view, std::string_view, double) override {}
   void job_finished(std::string_view, std::string_view, baton::detail::Outcome outcome, double,
                     double) override {
@@ -755,6 +756,7 @@ TEST_F(Worker, ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried) {
             1);
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
   EXPECT_EQ(observer.completed.load(), 1);
+  EXPECT_EQ(observer.database_errors.load(), 1) << "the lost connection was not counted";
   EXPECT_EQ(observer.fenced.load(), 0u) << "the job's failure was written after it committed";
 }
 
