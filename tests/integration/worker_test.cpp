@@ -42,6 +42,19 @@ void spin_cpu(std::chrono::nanoseconds cpu) {
   }
 }
 
+// The first attempt of job `id`, claimed by hand (epoch 1, claim token 1), failed with `error`:
+// retry in a minute.
+baton::detail::Failure retry_in_a_minute(std::int64_t id, std::string error) {
+  return {.id = id,
+          .epoch = 1,
+          .token = 1,
+          .attempt = 1,
+          .error = std::move(error),
+          .dead = false,
+          .reason = "",
+          .retry_delay_ms = 60'000};
+}
+
 // Counts what the completer and the executor report as fenced, and ignores the rest.
 class FenceCounter : public baton::detail::JobObserver {
  public:
@@ -594,14 +607,7 @@ TEST_F(Worker, AFailureRefusedAsItWasIsKeptWhenTheConnectionIsLostWritingItsSafe
   }
   baton::worker::Completer completer({.url = database_url(), .schema = schema_}, nullptr);
   completer.start();
-  completer.add(baton::detail::Failure{.id = id,
-                                       .epoch = 1,
-                                       .token = 1,
-                                       .attempt = 1,
-                                       .error = "refuse me",
-                                       .dead = false,
-                                       .reason = "",
-                                       .retry_delay_ms = 60'000});
+  completer.add(retry_in_a_minute(id, "refuse me"));
   ASSERT_TRUE(completer.wait_flushed(20s));
   completer.stop(1s);
   EXPECT_GE(count("SELECT last_value FROM safe_writes"), 2)
@@ -642,14 +648,7 @@ TEST_F(Worker, OutcomesWhoseCommitLostItsAnswerAreWrittenOnceAndNeverCountedAsFe
   auto outcomes = [](std::int64_t done, std::int64_t retried, std::int64_t released) {
     std::tuple<baton::detail::Completion, baton::detail::Failure, baton::detail::Release> out{
         {.id = done, .epoch = 1, .token = 1, .run_seconds = 0.001},
-        {.id = retried,
-         .epoch = 1,
-         .token = 1,
-         .attempt = 1,
-         .error = "try again",
-         .dead = false,
-         .reason = "",
-         .retry_delay_ms = 60'000},
+        retry_in_a_minute(retried, "try again"),
         {.id = released, .epoch = 1, .token = 1}};
     return out;
   };
@@ -805,14 +804,7 @@ TEST_F(Worker, ABacklogOfOutcomesIsWrittenOldestFirstInWritesOfBoundedSize) {
   completer.start();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (i % 10 == 3) {
-      completer.add(baton::detail::Failure{.id = ids[i],
-                                           .epoch = 1,
-                                           .token = 1,
-                                           .attempt = 1,
-                                           .error = "try again",
-                                           .dead = false,
-                                           .reason = "",
-                                           .retry_delay_ms = 60'000});
+      completer.add(retry_in_a_minute(ids[i], "try again"));
     } else if (i % 10 == 7) {
       completer.add(baton::detail::Release{.id = ids[i], .epoch = 1, .token = 1});
     } else {
