@@ -759,6 +759,171 @@ TEST_F(Worker, ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried) {
   EXPECT_EQ(observer.fenced.load(), 0u) << "the job's failure was written after it committed";
 }
 
+TEST_F(Worker, OutcomesWhoseCommitStillRanWhenTheConnectionWasLostAreWaitedForAndWrittenOnce) {
+  // The connection is lost while the server is still committing a write (a deferred check runs
+  // for 2 s): asked at once, the server says "in progress". Sent again then, the outcomes would
+  // wait for that transaction's row locks and, once it commits, find their jobs gone and be
+  // counted as fenced. The completer waits until the server can say how it ended.
+  const auto ids = running_jobs(3, "t", 1);
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE SEQUENCE slow_commits");
+    tx.exec(R"sql(
+      CREATE FUNCTION slow_first_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
+      BEGIN
+        IF nextval('slow_commits') = 1 THEN
+          -- Not ended by the server's check of the client (a node's sessions look every second):
+          -- a commit that waits for a synchronous standby runs on the same way.
+          PERFORM set_config('client_connection_check_interval', '0', true);
+          PERFORM pg_sleep(2);
+        END IF;
+        RETURN NULL;
+      END $f$)sql");
+    tx.exec(
+        "CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON job_history DEFERRABLE "
+        "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_first_commit()");
+  }
+  Proxy proxy(database_url());
+  FenceCounter observer;
+  baton::worker::Completer completer({.url = proxy.url_through(database_url()), .schema = schema_},
+                                     &observer);
+  completer.start();
+  proxy.cut_after("COMMIT");
+  completer.add(
+      baton::detail::Completion{.id = ids[0], .epoch = 1, .token = 1, .run_seconds = 0.001});
+  completer.add(retry_in_a_minute(ids[1], "try again"));
+  completer.add(baton::detail::Release{.id = ids[2], .epoch = 1, .token = 1});
+  ASSERT_TRUE(completer.wait_flushed(30s));
+  completer.stop(1s);
+  EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT was cut: the test tested nothing";
+  EXPECT_GE(observer.database_errors.load(), 2)
+      << "the completer never heard \"in progress\": the write had ended when it asked";
+  EXPECT_EQ(observer.fenced.load(), 0u) << "outcomes written once were counted as fenced";
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND id = " +
+                  std::to_string(ids[0])),
+            1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND "
+                  "jsonb_array_length(errors) = 1 AND id = " +
+                  std::to_string(ids[1])),
+            1)
+      << "the retry was not written exactly once";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 AND id = " +
+                  std::to_string(ids[2])),
+            1)
+      << "the release was not written exactly once";
+}
+
+TEST_F(Worker, ATransactionalJobWhoseCommitStillRanWhenTheConnectionWasLostIsDoneAndNotRetried) {
+  // As above for a transactional handler: its COMMIT runs for 2 s on the server (a deferred
+  // check) after the connection is lost. The pool thread waits for the server's answer, and the
+  // job is done, not failed and fenced.
+  running_jobs(1, "ledger", 0);
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE TABLE ledger (job bigint)");
+    tx.exec(R"sql(
+      CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
+      BEGIN
+        PERFORM set_config('client_connection_check_interval', '0', true);
+        PERFORM pg_sleep(2);
+        RETURN NULL;
+      END $f$)sql");
+    tx.exec(
+        "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON ledger DEFERRABLE INITIALLY "
+        "DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()");
+  }
+  baton::detail::HandlerRegistry handlers;
+  handlers.add("ledger", baton::TxHandler([&](JobContext& ctx, pqxx::work& tx) {
+                 tx.exec_params("INSERT INTO \"" + schema_ + "\".ledger VALUES ($1)", ctx.job().id);
+               }));
+  Proxy proxy(database_url());
+  FenceCounter observer;
+  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, &observer);
+  completer.start();
+  {
+    baton::worker::Executor executor(
+        {.connect = {.url = proxy.url_through(database_url()), .schema = schema_},
+         .threads = 1,
+         .node_id = "solo",
+         .retry = {}},
+        handlers, completer, &observer, [] {});
+    executor.accept(1);
+    proxy.cut_after("COMMIT");
+    submit_rows(executor, "ledger");
+    ASSERT_TRUE(executor.wait_idle(30s));
+  }
+  ASSERT_TRUE(completer.wait_flushed(20s));
+  completer.stop(1s);
+  EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT was cut: the test tested nothing";
+  EXPECT_EQ(count("SELECT count(*) FROM ledger"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND errors IS "
+                  "NULL"),
+            1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
+  EXPECT_EQ(observer.completed.load(), 1);
+  EXPECT_EQ(observer.fenced.load(), 0u) << "the job's failure was written after it committed";
+}
+
+TEST_F(Worker, TheEndOfItsEpochCutsTheWaitForACommitThatLostItsConnection) {
+  // A transactional job's COMMIT is held on the server (a deferred check waits for a lock this
+  // test holds) when the connection is lost, and the pool thread waits for the server to say how
+  // it ended. Leadership ends meanwhile: whatever the answer, the outcome would be fenced, so the
+  // thread stops waiting at once instead of after kCommitDoubtWait (10 s).
+  running_jobs(1, "ledger", 0);
+  const std::string key = "hashtext('" + schema_ + "')";
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE TABLE ledger (job bigint)");
+    tx.exec(R"sql(
+      CREATE FUNCTION held_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
+      BEGIN
+        PERFORM set_config('client_connection_check_interval', '0', true);
+        PERFORM pg_advisory_xact_lock()sql" +
+            key + R"sql();
+        RETURN NULL;
+      END $f$)sql");
+    tx.exec(
+        "CREATE CONSTRAINT TRIGGER held_commit AFTER INSERT ON ledger DEFERRABLE INITIALLY "
+        "DEFERRED FOR EACH ROW EXECUTE FUNCTION held_commit()");
+  }
+  baton::detail::HandlerRegistry handlers;
+  handlers.add("ledger", baton::TxHandler([&](JobContext& ctx, pqxx::work& tx) {
+                 tx.exec_params("INSERT INTO \"" + schema_ + "\".ledger VALUES ($1)", ctx.job().id);
+               }));
+  Proxy proxy(database_url());
+  FenceCounter observer;
+  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, &observer);
+  completer.start();
+  // Declared after the completer: released before it stops, on every path out of the test.
+  auto holder = connect(schema_);
+  pqxx::nontransaction(*holder).exec("SELECT pg_advisory_lock(" + key + ")");
+  {
+    baton::worker::Executor executor(
+        {.connect = {.url = proxy.url_through(database_url()), .schema = schema_},
+         .threads = 1,
+         .node_id = "solo",
+         .retry = {}},
+        handlers, completer, &observer, [] {});
+    executor.accept(1);
+    proxy.cut_after("COMMIT");
+    submit_rows(executor, "ledger");
+    ASSERT_TRUE(wait_for([&] { return observer.database_errors.load() == 1; }, 20s))
+        << "the job's COMMIT never lost its connection";
+    EXPECT_FALSE(executor.wait_idle(500ms))
+        << "the pool thread did not wait while the server still ran the COMMIT";
+    executor.end_epoch(1);
+    EXPECT_TRUE(executor.wait_idle(5s)) << "the end of the epoch did not cut the wait";
+  }
+  holder.reset();
+  ASSERT_TRUE(completer.wait_flushed(20s));
+  completer.stop(1s);
+  EXPECT_EQ(proxy.answers_lost(), 1);
+  // The held COMMIT went through once the lock was freed: the job ran once and is done.
+  EXPECT_EQ(count("SELECT count(*) FROM ledger"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed'"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
+}
+
 TEST_F(Worker, ABacklogOfOutcomesIsWrittenOldestFirstInWritesOfBoundedSize) {
   // Outcomes pile up while the database does not take them: here a lock on the history, in
   // production a server too busy to keep up. Once it takes them again they are written oldest

@@ -144,6 +144,13 @@ void Proxy::heal() {
 void Proxy::lose_answer_to(std::string text) {
   std::lock_guard lock(lose_mutex_);
   lose_text_ = std::move(text);
+  lose_at_once_ = false;
+}
+
+void Proxy::cut_after(std::string text) {
+  std::lock_guard lock(lose_mutex_);
+  lose_text_ = std::move(text);
+  lose_at_once_ = true;
 }
 
 void Proxy::run() {
@@ -193,6 +200,7 @@ void Proxy::run() {
         std::lock_guard lock(lose_mutex_);
         if (!lose_text_.empty() && p.a_to_b.find(lose_text_) != std::string::npos) {
           p.doomed = 1;
+          p.cut_at_once = lose_at_once_;
           lose_text_.clear();
         }
       }
@@ -204,7 +212,13 @@ void Proxy::run() {
         ok = false;
       }
       if (!p.a_to_b.empty()) ok = ok && push(p.b, p.a_to_b);
-      if (p.doomed == 1 && p.a_to_b.empty()) p.doomed = 2;
+      if (p.doomed == 1 && p.a_to_b.empty()) {
+        p.doomed = 2;
+        if (p.cut_at_once) {
+          answers_lost_.fetch_add(1);
+          ok = false;
+        }
+      }
       if (!p.b_to_a.empty()) ok = ok && push(p.a, p.b_to_a);
       // A side that closed is passed on once what it sent has been delivered.
       if (p.a_eof && p.a_to_b.empty()) shutdown(p.b, SHUT_WR);

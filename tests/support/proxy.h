@@ -38,6 +38,10 @@ class Proxy {
   // such as "COMMIT") gets it delivered, and the server's answer to it is thrown away as both
   // sockets close: the client lost the answer to a statement the server ran.
   void lose_answer_to(std::string text);
+  // The same, but both sockets close as soon as the message is delivered, without waiting for
+  // the answer: the server may still be running the statement (a COMMIT held up in a deferred
+  // trigger) when the client learns that its connection is gone.
+  void cut_after(std::string text);
   // Answers lost so far.
   int answers_lost() const { return answers_lost_.load(); }
 
@@ -48,6 +52,7 @@ class Proxy {
     bool a_eof = false, b_eof = false;
     // lose_answer_to: 1 when the client sent the text, 2 once it was delivered whole.
     int doomed = 0;
+    bool cut_at_once = false;  // cut_after: closed when delivered, not when answered
   };
   void run();
   void stop();
@@ -62,8 +67,9 @@ class Proxy {
   std::atomic<int> accepted_{0};
   std::atomic<int> answers_lost_{0};
   std::mutex lose_mutex_;
-  std::string lose_text_;    // under lose_mutex_
-  std::vector<Pipe> pipes_;  // the forwarding thread's alone
+  std::string lose_text_;      // under lose_mutex_
+  bool lose_at_once_ = false;  // under lose_mutex_
+  std::vector<Pipe> pipes_;    // the forwarding thread's alone
   std::thread thread_;
 };
 
