@@ -538,7 +538,9 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
     observer_->claim_cut(statement_timeout ? detail::ClaimCut::statement_timeout
                                            : detail::ClaimCut::lease_end);
   }
-  const std::string ran_out = statement_timeout ? "its statement timeout ran out"
+  // 57014 is also an operator's pg_cancel_backend; the server's text (in its language) says which.
+  const std::string ran_out = statement_timeout ? "the server cancelled it (its statement "
+                                                  "timeout ran out, or pg_cancel_backend)"
                               : config_.claim_time.count() > 0
                                   ? "its time ran out (" +
                                         std::to_string(config_.claim_time.count()) +
@@ -558,8 +560,9 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
     run.one_job_warned = now;
     if (statement_timeout) {
       spdlog::warn(
-          "poller: a claim of one job ran into its session's statement timeout; the server is "
-          "stalled, or the job's payload is too large to fetch in that time");
+          "poller: a claim of one job was cancelled by the server (its session's statement "
+          "timeout ran out, or pg_cancel_backend); the server is stalled, or the job's payload is "
+          "too large to fetch in that time");
     } else {
       spdlog::warn(
           "poller: a claim of one job was still running when {}, and was cut; the job's payload "

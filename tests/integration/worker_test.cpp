@@ -1396,6 +1396,54 @@ TEST_F(Worker, AClaimLongerThanALeaseComesBackWhileTheLeaseIsRenewed) {
   EXPECT_EQ(metric_sum(page, "baton_claims_cut_total{reason=\"lease_end\"}"), 0) << page;
 }
 
+TEST_F(Worker, AClaimCancelledOnTheServerIsCountedByItsReasonAndItsJobsRunOnce) {
+  // A claim that the server cancels (its statement timeout, or an operator's pg_cancel_backend;
+  // here the second, on a claim that a trigger holds up) fails as any error would. The operator
+  // sees it counted under reason="statement_timeout", not as a lease's end nor uncounted, and the
+  // jobs it would have claimed run once each.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE SEQUENCE held_claims");
+    tx.exec(
+        "CREATE FUNCTION held_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.type = 'slow' AND OLD.state = 'available' AND NEW.state = 'running' "
+        "AND nextval('held_claims') = 1 THEN PERFORM pg_catalog.pg_sleep(60); END IF; "
+        "RETURN NEW; END $$");
+    tx.exec(
+        "CREATE TRIGGER held_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
+        "held_claim()");
+  }
+  std::mutex m;
+  std::map<std::int64_t, int> runs;
+  auto config = test_config(schema_, "solo");
+  config.metrics_listen = "127.0.0.1:0";
+  RunningNode n(config, [&](Node& node) {
+    node.handle("slow", [&](JobContext& ctx) {
+      std::lock_guard lock(m);
+      ++runs[ctx.job().id];
+    });
+  });
+  ASSERT_TRUE(wait_count(kLeading, 1, 20s));
+  const auto epoch = count("SELECT epoch FROM locks");
+  Client(database_url(), schema_).enqueue_copies("slow", {}, 4);
+  const std::string held =
+      "SELECT coalesce(min(pid), 0) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND "
+      "application_name = '" +
+      baton::detail::node_application_name("solo", schema_) + "'";
+  ASSERT_TRUE(wait_for([&] { return count(held) != 0; }, 20s)) << "no claim was held up";
+  EXPECT_EQ(count("SELECT pg_catalog.pg_cancel_backend((" + held + "))::int"), 1);
+  ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 4, 30s))
+      << count("SELECT count(*) FROM job_history") << " of 4 jobs finished";
+  EXPECT_EQ(count("SELECT epoch FROM locks"), epoch) << "the leader changed";
+  const auto page = scrape(n.node().metrics_address());
+  EXPECT_EQ(metric_sum(page, "baton_claims_cut_total{reason=\"statement_timeout\"}"), 1) << page;
+  EXPECT_EQ(metric_sum(page, "baton_claims_cut_total{reason=\"lease_end\"}"), 0) << page;
+  std::lock_guard lock(m);
+  EXPECT_EQ(runs.size(), 4u);
+  for (const auto& [id, times] : runs)
+    EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+}
+
 TEST_F(Worker, AClaimThatWaitsOutAHeldRowIsCountedAndTheOtherJobsRun) {
   // An operator's SELECT ... FOR UPDATE holds one queued job: the claim waits the lock timeout
   // for it and gives up (counted, for the operator to see), later claims skip held rows, and
