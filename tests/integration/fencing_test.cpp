@@ -562,6 +562,56 @@ TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatistics
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), kRunning - kDone + 10);
 }
 
+TEST_F(Fencing, PlansMadeOnANearlyEmptyQueueReadOnlyTheRowsTheyNeedOnceItGrew) {
+  // A leader that starts on an empty queue plans its claim and its completion once, on a table of
+  // a few pages; a burst then fills it, and no ANALYZE comes in between to plan them again.
+  // Planned as a sequential scan, each claim and each completion would read the whole table
+  // (with 32 producers, 4,000-7,600 buffers a call, most of the leader's CPU). Counted here in
+  // rows and index entries read.
+  constexpr int kRunning = 20'000;
+  constexpr int kDone = 100;
+  if (count("SELECT current_setting('server_version_num')::int") < 150000)
+    GTEST_SKIP() << "pg_stat_force_next_flush() needs PostgreSQL 15";
+  pqxx::nontransaction(*conn_).exec("ALTER TABLE jobs SET (autovacuum_enabled = false)");
+  // The completer's and the poller's session settings.
+  conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
+  // Planned now, on the fixture's three waiting jobs: one claimed and completed.
+  const auto first = claim("old", 1);
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {{first[0].job.id, 1, first[0].token, 0.1, "q", "noop"}},
+                                   {}, nullptr, {}),
+            1u);
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec(
+        "INSERT INTO jobs (queue, type, state, attempts, claims, claimed_epoch, claimed_by, "
+        "claimed_at, first_started_at, claim_group) SELECT 'q', 'noop', 'running', 1, 1, 1, "
+        "'old', now(), now(), 'r/k' FROM generate_series(1, " +
+        std::to_string(kRunning) + ")");
+    tx.exec("INSERT INTO jobs (queue, type) SELECT 'q', 'noop' FROM generate_series(1, " +
+            std::to_string(kRunning / 2) + ")");
+  }
+  std::vector<detail::Completion> outcomes;
+  for (const auto& row : pqxx::nontransaction(*conn_).exec(
+           "SELECT id FROM jobs WHERE state = 'running' AND claimed_by = 'old' ORDER BY id DESC "
+           "LIMIT " +
+           std::to_string(kDone)))
+    outcomes.push_back({row[0].as<std::int64_t>(), 1, 1, 0.1, "q", "noop"});
+  auto reads = [&] {
+    pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
+    return count(
+        "SELECT coalesce(seq_tup_read, 0) + (SELECT sum(idx_tup_read) FROM pg_stat_user_indexes "
+        "i WHERE i.relid = t.relid) FROM pg_stat_user_tables t WHERE t.relid = 'jobs'::regclass");
+  };
+  const auto before = reads();
+  EXPECT_EQ(detail::apply_outcomes(*conn_, outcomes, {}, nullptr, {}), std::size_t{kDone});
+  EXPECT_EQ(claim("old", 1).size(), 10u);
+  const auto read = reads() - before;
+  EXPECT_LE(read, kDone + 500) << "read " << read << " rows and index entries to complete " << kDone
+                               << " jobs and claim 10, among " << kRunning * 3 / 2
+                               << " jobs, with plans made when the queue held 3";
+}
+
 TEST_F(Fencing, AClaimSkipsRowsAnotherTransactionHoldsWhenAsked) {
   auto operator_conn = detail::connect({.url = database_url(), .schema = schema_});
   pqxx::work held(*operator_conn);

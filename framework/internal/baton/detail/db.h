@@ -26,6 +26,8 @@ struct ConnectOptions {
   // Prepared statements planned once per session (force_generic_plan), and no JIT: for the hot
   // statements whose plan does not depend on their values. (A generic plan's estimates, with
   // its LIMIT unknown, pass jit_above_cost: the claim compiled itself for 300 ms every time.)
+  // No sequential scan where an index or address scan exists (enable_seqscan off): a plan made
+  // once while the queue was nearly empty is kept as the table grows, until the next ANALYZE.
   bool generic_plans = false;
   // The server's own TCP dead-peer detection on this session takes at least this long (the
   // election session: never sooner than its lease).
