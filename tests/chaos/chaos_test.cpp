@@ -87,7 +87,7 @@ class Chaos {
     const int n = std::uniform_int_distribution<int>(5, 15)(rng);
     std::string values;
     for (int i = 0; i < n; ++i) {
-      const int kind = std::uniform_int_distribution<int>(0, 12)(rng);
+      const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
       std::string job;
       if (kind < 4) {
         job = R"({"type": "record_tx", "payload": {"ms": 20}})";
@@ -239,8 +239,9 @@ void soak(int shards, int default_seconds) {
       "1 + coalesce((h.payload->>'fail_attempts')::int, 0)");
   // Every extra attempt must follow one that a fault ended: the attempt before it ended (its
   // error's time in the job's history: a failure written, or a rescue) within 15 s after some
-  // fault. Not the extra attempt's own start: a job put back behind a backlog can wait far longer
-  // for its turn (the soak enqueues about as fast as three nodes of 4 threads run).
+  // fault. Not the extra attempt's own start: a job put back behind a backlog waits its turn.
+  // (Faults come every 2-4 s, so during the soak this holds for any attempt that left an error;
+  // it bites in the drain, when a rescue with no fault behind it would be a false one.)
   std::string fault_times;
   for (const auto& f : chaos.faults_) {
     fault_times += (fault_times.empty() ? "'" : ",'") + f.at + "'";
@@ -307,6 +308,7 @@ void soak(int shards, int default_seconds) {
   EXPECT_EQ(effects_without_job, 0) << "an effect committed for a job that did not complete";
   EXPECT_EQ(ext_never_ran, 0) << "a completed external job has no execution";
   EXPECT_EQ(unexplained, 0) << "a job ran again with no fault to explain it";
+  EXPECT_EQ(extra, 0) << "a job ran twice under one claim (the same attempt)";
   EXPECT_EQ(fenced_metric, fenced_logged);
   EXPECT_TRUE(chaos.crashed_.empty()) << chaos.crashed_.front();
 }
