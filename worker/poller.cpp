@@ -354,6 +354,7 @@ Poller::Round Poller::claim_round(Run& run) {
       // producers a claim can take longer than one lease, and cutting it (reconnecting, looking
       // for its jobs, claiming again) only took more of the time the drain needed.
       run.claim_deadline = call_bound(start);
+      run.claim_sent = start;
       run.claim_wanted = want;
       auto armed = watch(run, run.claim_deadline);
       jobs = detail::claim_jobs(*run.conn, {config_.lock, config_.node_id, epoch}, want, filter,
@@ -538,9 +539,21 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
     observer_->claim_cut(statement_timeout ? detail::ClaimCut::statement_timeout
                                            : detail::ClaimCut::lease_end);
   }
-  // 57014 is also an operator's pg_cancel_backend; the server's text (in its language) says which.
-  const std::string ran_out = statement_timeout ? "the server cancelled it (its statement "
-                                                  "timeout ran out, or pg_cancel_backend)"
+  // 57014 is also a cancel request (an operator's pg_cancel_backend): one that came before the
+  // statement timeout could run out says nothing about the claim's size.
+  if (statement_timeout &&
+      now - run.claim_sent < std::chrono::milliseconds(config_.connect.statement_timeout_ms)) {
+    if (now - run.cancel_warned >= std::chrono::minutes(1)) {
+      run.cancel_warned = now;
+      spdlog::warn(
+          "poller: a claim was cancelled on the server after {}ms, before its statement timeout "
+          "({}ms): a cancel request, such as pg_cancel_backend; claiming again",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - run.claim_sent).count(),
+          config_.connect.statement_timeout_ms);
+    }
+    return;
+  }
+  const std::string ran_out = statement_timeout ? "its statement timeout ran out"
                               : config_.claim_time.count() > 0
                                   ? "its time ran out (" +
                                         std::to_string(config_.claim_time.count()) +
@@ -560,9 +573,8 @@ void Poller::claim_was_cut(Run& run, int wanted, bool statement_timeout) {
     run.one_job_warned = now;
     if (statement_timeout) {
       spdlog::warn(
-          "poller: a claim of one job was cancelled by the server (its session's statement "
-          "timeout ran out, or pg_cancel_backend); the server is stalled, or the job's payload is "
-          "too large to fetch in that time");
+          "poller: a claim of one job ran into its session's statement timeout; the server is "
+          "stalled, or the job's payload is too large to fetch in that time");
     } else {
       spdlog::warn(
           "poller: a claim of one job was still running when {}, and was cut; the job's payload "

@@ -168,9 +168,11 @@ class Poller {
     int claim_cap = 0;
     int claim_wanted = 0;  // jobs the claim in flight asked for (0: none in flight)
     std::chrono::steady_clock::time_point claim_deadline{};
+    std::chrono::steady_clock::time_point claim_sent{};      // the claim in flight's send
     std::chrono::steady_clock::time_point watch_bound{};     // the watched call's (watch())
     std::chrono::steady_clock::time_point cap_warned{};      // last "claiming at most" warning
     std::chrono::steady_clock::time_point one_job_warned{};  // last "one job was cut" warning
+    std::chrono::steady_clock::time_point cancel_warned{};   // last "claim was cancelled" warning
   };
   struct Round {
     int jobs = 0;       // claimed
