@@ -575,7 +575,7 @@ TEST_F(Fencing, PlansMadeOnANearlyEmptyQueueReadOnlyTheRowsTheyNeedOnceItGrew) {
   pqxx::nontransaction(*conn_).exec("ALTER TABLE jobs SET (autovacuum_enabled = false)");
   // The completer's and the poller's session settings.
   conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
-  // Planned now, on the fixture's three waiting jobs: one claimed and completed.
+  // Planned now, on the fixture's three waiting jobs: all three claimed, one completed.
   const auto first = claim("old", 1);
   ASSERT_FALSE(first.empty());
   EXPECT_EQ(detail::apply_outcomes(*conn_, {{first[0].job.id, 1, first[0].token, 0.1, "q", "noop"}},

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -109,6 +111,49 @@ class Worker : public SchemaTest {
       ids.push_back(row[0].as<std::int64_t>());
     std::sort(ids.begin(), ids.end());
     return ids;
+  }
+  // One job of type "ledger", running under epoch 1, whose transactional handler writes its id
+  // into the table ledger (created here). start() runs it on an executor of one thread whose
+  // sessions reach the server through `proxy`; outcomes go to a completer of their own.
+  struct LedgerRun {
+    LedgerRun(const std::string& url, const std::string& schema)
+        : proxy(url), completer({.url = url, .schema = schema}, &observer) {
+      handlers.add("ledger", baton::TxHandler([schema](JobContext& ctx, pqxx::work& tx) {
+                     tx.exec_params("INSERT INTO \"" + schema + "\".ledger VALUES ($1)",
+                                    ctx.job().id);
+                   }));
+      completer.start();
+    }
+    baton::detail::HandlerRegistry handlers;
+    Proxy proxy;
+    FenceCounter observer;
+    baton::worker::Completer completer;
+    std::optional<baton::worker::Executor> executor;
+  };
+  std::unique_ptr<LedgerRun> ledger_run() {
+    running_jobs(1, "ledger", 0);
+    pqxx::nontransaction(*db_).exec("CREATE TABLE ledger (job bigint)");
+    auto run = std::make_unique<LedgerRun>(database_url(), schema_);
+    run->executor.emplace(
+        baton::worker::ExecutorConfig{
+            .connect = {.url = run->proxy.url_through(database_url()), .schema = schema_},
+            .threads = 1,
+            .node_id = "solo",
+            .retry = {}},
+        run->handlers, run->completer, &run->observer, [] {});
+    run->executor->accept(1);
+    return run;
+  }
+  // The ledger job ran once and is done: its write is in, it is in the history once, completed
+  // and never counted as fenced.
+  void expect_ledger_done_once(const LedgerRun& run) {
+    EXPECT_EQ(count("SELECT count(*) FROM ledger"), 1);
+    EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND errors IS "
+                    "NULL"),
+              1);
+    EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
+    EXPECT_EQ(run.observer.completed.load(), 1);
+    EXPECT_EQ(run.observer.fenced.load(), 0u) << "the job's failure was written after it committed";
   }
   // Ends the server session `pid` (as a restart or a failover would) and waits until it is gone.
   bool end_session(long long pid) {
@@ -724,39 +769,15 @@ TEST_F(Worker, ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried) {
   // A transactional handler's writes and its completion commit together; the answer to that
   // COMMIT is lost. The server committed: the job is done, and must be neither retried nor its
   // failure counted as fenced.
-  running_jobs(1, "ledger", 0);
-  pqxx::nontransaction(*db_).exec("CREATE TABLE ledger (job bigint)");
-  baton::detail::HandlerRegistry handlers;
-  handlers.add("ledger", baton::TxHandler([&](JobContext& ctx, pqxx::work& tx) {
-                 tx.exec_params("INSERT INTO \"" + schema_ + "\".ledger VALUES ($1)", ctx.job().id);
-               }));
-  Proxy proxy(database_url());
-  FenceCounter observer;
-  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, &observer);
-  completer.start();
-  {
-    baton::worker::Executor executor(
-        {.connect = {.url = proxy.url_through(database_url()), .schema = schema_},
-         .threads = 1,
-         .node_id = "solo",
-         .retry = {}},
-        handlers, completer, &observer, [] {});
-    executor.accept(1);
-    proxy.lose_answer_to("COMMIT");
-    submit_rows(executor, "ledger");
-    ASSERT_TRUE(executor.wait_idle(30s));
-  }
-  ASSERT_TRUE(completer.wait_flushed(20s));
-  completer.stop(1s);
-  EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT lost its answer: the test tested nothing";
-  EXPECT_EQ(count("SELECT count(*) FROM ledger"), 1);
-  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND errors IS "
-                  "NULL"),
-            1);
-  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
-  EXPECT_EQ(observer.completed.load(), 1);
-  EXPECT_EQ(observer.database_errors.load(), 1) << "the lost connection was not counted";
-  EXPECT_EQ(observer.fenced.load(), 0u) << "the job's failure was written after it committed";
+  auto run = ledger_run();
+  run->proxy.lose_answer_to("COMMIT");
+  submit_rows(*run->executor, "ledger");
+  ASSERT_TRUE(run->executor->wait_idle(30s));
+  run->executor.reset();
+  ASSERT_TRUE(run->completer.wait_flushed(20s));
+  EXPECT_EQ(run->proxy.answers_lost(), 1) << "no COMMIT lost its answer: the test tested nothing";
+  expect_ledger_done_once(*run);
+  EXPECT_EQ(run->observer.database_errors.load(), 1) << "the lost connection was not counted";
 }
 
 TEST_F(Worker, OutcomesWhoseCommitStillRanWhenTheConnectionWasLostAreWaitedForAndWrittenOnce) {
@@ -814,13 +835,12 @@ TEST_F(Worker, OutcomesWhoseCommitStillRanWhenTheConnectionWasLostAreWaitedForAn
 }
 
 TEST_F(Worker, ATransactionalJobWhoseCommitStillRanWhenTheConnectionWasLostIsDoneAndNotRetried) {
-  // As above for a transactional handler: its COMMIT runs for 2 s on the server (a deferred
-  // check) after the connection is lost. The pool thread waits for the server's answer, and the
-  // job is done, not failed and fenced.
-  running_jobs(1, "ledger", 0);
+  // As ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried, but the COMMIT runs for 2 s
+  // on the server (a deferred check) after the connection is lost. The pool thread waits for the
+  // server's answer, and the job is done, not failed and fenced.
+  auto run = ledger_run();
   {
     pqxx::nontransaction tx(*db_);
-    tx.exec("CREATE TABLE ledger (job bigint)");
     tx.exec(R"sql(
       CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
       BEGIN
@@ -832,36 +852,13 @@ TEST_F(Worker, ATransactionalJobWhoseCommitStillRanWhenTheConnectionWasLostIsDon
         "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON ledger DEFERRABLE INITIALLY "
         "DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()");
   }
-  baton::detail::HandlerRegistry handlers;
-  handlers.add("ledger", baton::TxHandler([&](JobContext& ctx, pqxx::work& tx) {
-                 tx.exec_params("INSERT INTO \"" + schema_ + "\".ledger VALUES ($1)", ctx.job().id);
-               }));
-  Proxy proxy(database_url());
-  FenceCounter observer;
-  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, &observer);
-  completer.start();
-  {
-    baton::worker::Executor executor(
-        {.connect = {.url = proxy.url_through(database_url()), .schema = schema_},
-         .threads = 1,
-         .node_id = "solo",
-         .retry = {}},
-        handlers, completer, &observer, [] {});
-    executor.accept(1);
-    proxy.cut_after("COMMIT");
-    submit_rows(executor, "ledger");
-    ASSERT_TRUE(executor.wait_idle(30s));
-  }
-  ASSERT_TRUE(completer.wait_flushed(20s));
-  completer.stop(1s);
-  EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT was cut: the test tested nothing";
-  EXPECT_EQ(count("SELECT count(*) FROM ledger"), 1);
-  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND errors IS "
-                  "NULL"),
-            1);
-  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
-  EXPECT_EQ(observer.completed.load(), 1);
-  EXPECT_EQ(observer.fenced.load(), 0u) << "the job's failure was written after it committed";
+  run->proxy.cut_after("COMMIT");
+  submit_rows(*run->executor, "ledger");
+  ASSERT_TRUE(run->executor->wait_idle(30s));
+  run->executor.reset();
+  ASSERT_TRUE(run->completer.wait_flushed(20s));
+  EXPECT_EQ(run->proxy.answers_lost(), 1) << "no COMMIT was cut: the test tested nothing";
+  expect_ledger_done_once(*run);
 }
 
 TEST_F(Worker, TheEndOfItsEpochCutsTheWaitForACommitThatLostItsConnection) {
@@ -869,11 +866,10 @@ TEST_F(Worker, TheEndOfItsEpochCutsTheWaitForACommitThatLostItsConnection) {
   // test holds) when the connection is lost, and the pool thread waits for the server to say how
   // it ended. Leadership ends meanwhile: whatever the answer, the outcome would be fenced, so the
   // thread stops waiting at once instead of after kCommitDoubtWait (10 s).
-  running_jobs(1, "ledger", 0);
+  auto run = ledger_run();
   const std::string key = "hashtext('" + schema_ + "')";
   {
     pqxx::nontransaction tx(*db_);
-    tx.exec("CREATE TABLE ledger (job bigint)");
     tx.exec(R"sql(
       CREATE FUNCTION held_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
       BEGIN
@@ -886,38 +882,21 @@ TEST_F(Worker, TheEndOfItsEpochCutsTheWaitForACommitThatLostItsConnection) {
         "CREATE CONSTRAINT TRIGGER held_commit AFTER INSERT ON ledger DEFERRABLE INITIALLY "
         "DEFERRED FOR EACH ROW EXECUTE FUNCTION held_commit()");
   }
-  baton::detail::HandlerRegistry handlers;
-  handlers.add("ledger", baton::TxHandler([&](JobContext& ctx, pqxx::work& tx) {
-                 tx.exec_params("INSERT INTO \"" + schema_ + "\".ledger VALUES ($1)", ctx.job().id);
-               }));
-  Proxy proxy(database_url());
-  FenceCounter observer;
-  baton::worker::Completer completer({.url = database_url(), .schema = schema_}, &observer);
-  completer.start();
-  // Declared after the completer: released before it stops, on every path out of the test.
+  // Declared after the run: released before its completer stops, on every path out of the test.
   auto holder = connect(schema_);
   pqxx::nontransaction(*holder).exec("SELECT pg_advisory_lock(" + key + ")");
-  {
-    baton::worker::Executor executor(
-        {.connect = {.url = proxy.url_through(database_url()), .schema = schema_},
-         .threads = 1,
-         .node_id = "solo",
-         .retry = {}},
-        handlers, completer, &observer, [] {});
-    executor.accept(1);
-    proxy.cut_after("COMMIT");
-    submit_rows(executor, "ledger");
-    ASSERT_TRUE(wait_for([&] { return observer.database_errors.load() == 1; }, 20s))
-        << "the job's COMMIT never lost its connection";
-    EXPECT_FALSE(executor.wait_idle(500ms))
-        << "the pool thread did not wait while the server still ran the COMMIT";
-    executor.end_epoch(1);
-    EXPECT_TRUE(executor.wait_idle(5s)) << "the end of the epoch did not cut the wait";
-  }
+  run->proxy.cut_after("COMMIT");
+  submit_rows(*run->executor, "ledger");
+  ASSERT_TRUE(wait_for([&] { return run->observer.database_errors.load() == 1; }, 20s))
+      << "the job's COMMIT never lost its connection";
+  EXPECT_FALSE(run->executor->wait_idle(500ms))
+      << "the pool thread did not wait while the server still ran the COMMIT";
+  run->executor->end_epoch(1);
+  EXPECT_TRUE(run->executor->wait_idle(5s)) << "the end of the epoch did not cut the wait";
+  run->executor.reset();
   holder.reset();
-  ASSERT_TRUE(completer.wait_flushed(20s));
-  completer.stop(1s);
-  EXPECT_EQ(proxy.answers_lost(), 1);
+  ASSERT_TRUE(run->completer.wait_flushed(20s));
+  EXPECT_EQ(run->proxy.answers_lost(), 1);
   // The held COMMIT went through once the lock was freed: the job ran once and is done.
   EXPECT_EQ(count("SELECT count(*) FROM ledger"), 1);
   EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed'"), 1);

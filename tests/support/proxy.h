@@ -36,7 +36,10 @@ class Proxy {
   int accepted() const { return accepted_.load(); }
   // Once: the first connection to send a message that contains `text` (a simple query's SQL,
   // such as "COMMIT") gets it delivered, and the server's answer to it is thrown away as both
-  // sockets close: the client lost the answer to a statement the server ran.
+  // sockets close: the client lost the answer to a statement the server ran. (The first bytes
+  // from the server after the delivery count as the answer: on a session that LISTENs, a
+  // notification arriving first cuts the connection while the statement may still run. One text
+  // is armed at a time: arming another replaces one that has not fired.)
   void lose_answer_to(std::string text);
   // The same, but both sockets close as soon as the message is delivered, without waiting for
   // the answer: the server may still be running the statement (a COMMIT held up in a deferred
