@@ -112,6 +112,44 @@ class Worker : public SchemaTest {
     std::sort(ids.begin(), ids.end());
     return ids;
   }
+  // A trigger deferred to COMMIT on each row inserted into `table`: `body` (PL/pgSQL statements)
+  // runs as the transaction that wrote the row commits.
+  void at_commit_after_insert(const std::string& table, const std::string& name,
+                              const std::string& body) {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE FUNCTION " + name + "() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN " + body +
+            " RETURN NULL; END $f$");
+    tx.exec("CREATE CONSTRAINT TRIGGER " + name + " AFTER INSERT ON " + table +
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + name + "()");
+  }
+  // Three outcomes for jobs `ids[first..first+2]` (running under epoch 1, claim token 1): a
+  // completion, a retry and a release.
+  static void add_three_outcomes(baton::worker::Completer& completer,
+                                 const std::vector<std::int64_t>& ids, std::size_t first) {
+    completer.add(
+        baton::detail::Completion{.id = ids[first], .epoch = 1, .token = 1, .run_seconds = 0.001});
+    completer.add(retry_in_a_minute(ids[first + 1], "try again"));
+    completer.add(baton::detail::Release{.id = ids[first + 2], .epoch = 1, .token = 1});
+  }
+  // Each of those three outcomes is written exactly once.
+  void expect_three_written_once(const std::vector<std::int64_t>& ids, std::size_t first,
+                                 const std::string& what) {
+    const auto done = std::to_string(ids[first]), retried = std::to_string(ids[first + 1]),
+               released = std::to_string(ids[first + 2]);
+    EXPECT_EQ(
+        count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND id = " + done), 1)
+        << what << ": the completion was not written exactly once";
+    EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND "
+                    "jsonb_array_length(errors) = 1 AND id = " +
+                    retried),
+              1)
+        << what << ": the retry was not written exactly once";
+    EXPECT_EQ(
+        count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 AND id = " +
+              released),
+        1)
+        << what << ": the release was not written exactly once";
+  }
   // One job of type "ledger", running under epoch 1, whose transactional handler writes its id
   // into the table ledger (created here). start() runs it on an executor of one thread whose
   // sessions reach the server through `proxy`; outcomes go to a completer of their own.
@@ -671,32 +709,14 @@ TEST_F(Worker, OutcomesWhoseCommitLostItsAnswerAreWrittenOnceAndNeverCountedAsFe
   // again after they were not, the jobs would stay running until a rescue and run twice. The
   // server knows: the completer asks it before writing again.
   const auto ids = running_jobs(6, "t", 1);
-  {
-    pqxx::nontransaction tx(*db_);
-    // The second round's first COMMIT fails on the server as it commits (its session ends in a
-    // deferred check): that write did not commit, and must be sent again.
-    tx.exec("CREATE SEQUENCE commits_to_fail");
-    tx.exec(R"sql(
-      CREATE FUNCTION fail_first_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
-      BEGIN
-        IF NEW.id > )sql" +
-            std::to_string(ids[2]) + R"sql( AND nextval('commits_to_fail') = 1 THEN
-          PERFORM pg_terminate_backend(pg_backend_pid());
-          PERFORM pg_sleep(5);
-        END IF;
-        RETURN NULL;
-      END $f$)sql");
-    tx.exec(
-        "CREATE CONSTRAINT TRIGGER fail_first_commit AFTER INSERT ON job_history DEFERRABLE "
-        "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_first_commit()");
-  }
-  auto outcomes = [](std::int64_t done, std::int64_t retried, std::int64_t released) {
-    std::tuple<baton::detail::Completion, baton::detail::Failure, baton::detail::Release> out{
-        {.id = done, .epoch = 1, .token = 1, .run_seconds = 0.001},
-        retry_in_a_minute(retried, "try again"),
-        {.id = released, .epoch = 1, .token = 1}};
-    return out;
-  };
+  // The second round's first COMMIT fails on the server as it commits (its session ends in a
+  // deferred check): that write did not commit, and must be sent again.
+  pqxx::nontransaction(*db_).exec("CREATE SEQUENCE commits_to_fail");
+  at_commit_after_insert("job_history", "fail_first_commit",
+                         "IF NEW.id > " + std::to_string(ids[2]) +
+                             " AND nextval('commits_to_fail') = 1 THEN "
+                             "PERFORM pg_terminate_backend(pg_backend_pid()); "
+                             "PERFORM pg_sleep(5); END IF;");
   Proxy proxy(database_url());
   FenceCounter observer;
   baton::worker::Completer completer({.url = proxy.url_through(database_url()), .schema = schema_},
@@ -704,40 +724,19 @@ TEST_F(Worker, OutcomesWhoseCommitLostItsAnswerAreWrittenOnceAndNeverCountedAsFe
   completer.start();
   // Round 1: the answer to the COMMIT is lost after the server committed.
   proxy.lose_answer_to("COMMIT");
-  auto [d1, f1, r1] = outcomes(ids[0], ids[1], ids[2]);
-  completer.add(d1);
-  completer.add(f1);
-  completer.add(r1);
+  add_three_outcomes(completer, ids, 0);
   ASSERT_TRUE(completer.wait_flushed(30s));
   EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT lost its answer: the test tested nothing";
   // Round 2: the COMMIT fails on the server and the connection is lost with it.
-  auto [d2, f2, r2] = outcomes(ids[3], ids[4], ids[5]);
-  completer.add(d2);
-  completer.add(f2);
-  completer.add(r2);
+  add_three_outcomes(completer, ids, 3);
   ASSERT_TRUE(completer.wait_flushed(30s));
   completer.stop(1s);
   EXPECT_GE(count("SELECT last_value FROM commits_to_fail"), 2)
       << "the second round's write was not sent again after its COMMIT failed on the server";
 
   EXPECT_EQ(observer.fenced.load(), 0u) << "outcomes written once were counted as fenced";
-  for (int round = 0; round < 2; ++round) {
-    const auto done = std::to_string(ids[3 * round]), retried = std::to_string(ids[3 * round + 1]),
-               released = std::to_string(ids[3 * round + 2]);
-    EXPECT_EQ(
-        count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND id = " + done), 1)
-        << "round " << round + 1;
-    EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND "
-                    "jsonb_array_length(errors) = 1 AND id = " +
-                    retried),
-              1)
-        << "round " << round + 1 << ": the retry was not written exactly once";
-    EXPECT_EQ(
-        count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 AND id = " +
-              released),
-        1)
-        << "round " << round + 1 << ": the release was not written exactly once";
-  }
+  expect_three_written_once(ids, 0, "round 1");
+  expect_three_written_once(ids, 3, "round 2");
 }
 
 TEST_F(Worker, TheServerSaysWhatBecameOfATransactionAsItsCommitRanOrNeverRan) {
@@ -786,52 +785,27 @@ TEST_F(Worker, OutcomesWhoseCommitStillRanWhenTheConnectionWasLostAreWaitedForAn
   // wait for that transaction's row locks and, once it commits, find their jobs gone and be
   // counted as fenced. The completer waits until the server can say how it ended.
   const auto ids = running_jobs(3, "t", 1);
-  {
-    pqxx::nontransaction tx(*db_);
-    tx.exec("CREATE SEQUENCE slow_commits");
-    tx.exec(R"sql(
-      CREATE FUNCTION slow_first_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
-      BEGIN
-        IF nextval('slow_commits') = 1 THEN
-          -- Not ended by the server's check of the client (a node's sessions look every second):
-          -- a commit that waits for a synchronous standby runs on the same way.
-          PERFORM set_config('client_connection_check_interval', '0', true);
-          PERFORM pg_sleep(2);
-        END IF;
-        RETURN NULL;
-      END $f$)sql");
-    tx.exec(
-        "CREATE CONSTRAINT TRIGGER slow_first_commit AFTER INSERT ON job_history DEFERRABLE "
-        "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_first_commit()");
-  }
+  // Not ended by the server's check of the client (a node's sessions look every second): a
+  // commit that waits for a synchronous standby runs on the same way.
+  pqxx::nontransaction(*db_).exec("CREATE SEQUENCE slow_commits");
+  at_commit_after_insert("job_history", "slow_first_commit",
+                         "IF nextval('slow_commits') = 1 THEN "
+                         "PERFORM set_config('client_connection_check_interval', '0', true); "
+                         "PERFORM pg_sleep(2); END IF;");
   Proxy proxy(database_url());
   FenceCounter observer;
   baton::worker::Completer completer({.url = proxy.url_through(database_url()), .schema = schema_},
                                      &observer);
   completer.start();
   proxy.cut_after("COMMIT");
-  completer.add(
-      baton::detail::Completion{.id = ids[0], .epoch = 1, .token = 1, .run_seconds = 0.001});
-  completer.add(retry_in_a_minute(ids[1], "try again"));
-  completer.add(baton::detail::Release{.id = ids[2], .epoch = 1, .token = 1});
+  add_three_outcomes(completer, ids, 0);
   ASSERT_TRUE(completer.wait_flushed(30s));
   completer.stop(1s);
   EXPECT_EQ(proxy.answers_lost(), 1) << "no COMMIT was cut: the test tested nothing";
   EXPECT_GE(observer.database_errors.load(), 2)
       << "the completer never heard \"in progress\": the write had ended when it asked";
   EXPECT_EQ(observer.fenced.load(), 0u) << "outcomes written once were counted as fenced";
-  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE outcome = 'completed' AND id = " +
-                  std::to_string(ids[0])),
-            1);
-  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND "
-                  "jsonb_array_length(errors) = 1 AND id = " +
-                  std::to_string(ids[1])),
-            1)
-      << "the retry was not written exactly once";
-  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 AND id = " +
-                  std::to_string(ids[2])),
-            1)
-      << "the release was not written exactly once";
+  expect_three_written_once(ids, 0, "the write that was waited for");
 }
 
 TEST_F(Worker, ATransactionalJobWhoseCommitStillRanWhenTheConnectionWasLostIsDoneAndNotRetried) {
@@ -839,19 +813,9 @@ TEST_F(Worker, ATransactionalJobWhoseCommitStillRanWhenTheConnectionWasLostIsDon
   // on the server (a deferred check) after the connection is lost. The pool thread waits for the
   // server's answer, and the job is done, not failed and fenced.
   auto run = ledger_run();
-  {
-    pqxx::nontransaction tx(*db_);
-    tx.exec(R"sql(
-      CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
-      BEGIN
-        PERFORM set_config('client_connection_check_interval', '0', true);
-        PERFORM pg_sleep(2);
-        RETURN NULL;
-      END $f$)sql");
-    tx.exec(
-        "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON ledger DEFERRABLE INITIALLY "
-        "DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()");
-  }
+  at_commit_after_insert("ledger", "slow_commit",
+                         "PERFORM set_config('client_connection_check_interval', '0', true); "
+                         "PERFORM pg_sleep(2);");
   run->proxy.cut_after("COMMIT");
   submit_rows(*run->executor, "ledger");
   ASSERT_TRUE(run->executor->wait_idle(30s));
@@ -868,20 +832,10 @@ TEST_F(Worker, TheEndOfItsEpochCutsTheWaitForACommitThatLostItsConnection) {
   // thread stops waiting at once instead of after kCommitDoubtWait (10 s).
   auto run = ledger_run();
   const std::string key = "hashtext('" + schema_ + "')";
-  {
-    pqxx::nontransaction tx(*db_);
-    tx.exec(R"sql(
-      CREATE FUNCTION held_commit() RETURNS trigger LANGUAGE plpgsql AS $f$
-      BEGIN
-        PERFORM set_config('client_connection_check_interval', '0', true);
-        PERFORM pg_advisory_xact_lock()sql" +
-            key + R"sql();
-        RETURN NULL;
-      END $f$)sql");
-    tx.exec(
-        "CREATE CONSTRAINT TRIGGER held_commit AFTER INSERT ON ledger DEFERRABLE INITIALLY "
-        "DEFERRED FOR EACH ROW EXECUTE FUNCTION held_commit()");
-  }
+  at_commit_after_insert("ledger", "held_commit",
+                         "PERFORM set_config('client_connection_check_interval', '0', true); "
+                         "PERFORM pg_advisory_xact_lock(" +
+                             key + ");");
   // Declared after the run: released before its completer stops, on every path out of the test.
   auto holder = connect(schema_);
   pqxx::nontransaction(*holder).exec("SELECT pg_advisory_lock(" + key + ")");
