@@ -78,6 +78,28 @@ class FenceCounter : public baton::detail::JobObserver {
   void claim_cut(baton::detail::ClaimCut) override {}
 };
 
+// How many times each job ran, for a handler on a test node.
+struct RunsById {
+  std::mutex m;
+  std::map<std::int64_t, int> runs;
+  void ran(const JobContext& ctx) {
+    std::lock_guard lock(m);
+    ++runs[ctx.job().id];
+  }
+  // Jobs that ran so far.
+  std::size_t jobs() {
+    std::lock_guard lock(m);
+    return runs.size();
+  }
+  // `n` jobs ran, each once.
+  void expect_each_once(std::size_t n) {
+    std::lock_guard lock(m);
+    EXPECT_EQ(runs.size(), n);
+    for (const auto& [id, times] : runs)
+      EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+  }
+};
+
 class Worker : public SchemaTest {
  protected:
   // One lock row, granted and held: the node leads.
@@ -1137,20 +1159,13 @@ TEST_F(Worker, AClaimThatCommittedUnansweredRunsOnceTheClaimSessionIsBack) {
   // written by hand, then the node's sessions are cut, all but the election's (so the epoch
   // stays). The poller must run them, once each, under the same epoch; not a job claimed by
   // another node name, nor the jobs of its own earlier claims.
-  std::mutex m;
-  std::map<std::int64_t, int> runs;
+  RunsById runs;
   std::atomic<bool> release{false};
   auto config = test_config(schema_, "solo");
   RunningNode n(config, [&](Node& node) {
-    node.handle("once", [&](JobContext& ctx) {
-      std::lock_guard lock(m);
-      ++runs[ctx.job().id];
-    });
+    node.handle("once", [&](JobContext& ctx) { runs.ran(ctx); });
     node.handle("held", [&](JobContext& ctx) {
-      {
-        std::lock_guard lock(m);
-        ++runs[ctx.job().id];
-      }
+      runs.ran(ctx);
       const auto until = std::chrono::steady_clock::now() + 20s;
       while (!release.load() && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(1ms);
@@ -1163,12 +1178,7 @@ TEST_F(Worker, AClaimThatCommittedUnansweredRunsOnceTheClaimSessionIsBack) {
   Client(database_url(), schema_).enqueue_copies("once", {}, 5);
   ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 5; }, 20s));
   Client(database_url(), schema_).enqueue_copies("held", {}, 2);
-  ASSERT_TRUE(wait_for(
-      [&] {
-        std::lock_guard lock(m);
-        return runs.size() == 7;
-      },
-      20s));
+  ASSERT_TRUE(wait_for([&] { return runs.jobs() == 7; }, 20s));
   const auto claim_as = [&](const std::string& node, int copies) {
     count(
         "WITH i AS (INSERT INTO jobs (queue, type, state, attempts, claims, claimed_at, "
@@ -1187,12 +1197,7 @@ TEST_F(Worker, AClaimThatCommittedUnansweredRunsOnceTheClaimSessionIsBack) {
   ASSERT_GE(cut, 1);
   // The held jobs stay in their runs until a job of the unanswered claim has started (they hold
   // the places of CPU-bound work, so the rest start after them).
-  ASSERT_TRUE(wait_for(
-      [&] {
-        std::lock_guard lock(m);
-        return runs.size() > 7;
-      },
-      20s))
+  ASSERT_TRUE(wait_for([&] { return runs.jobs() > 7; }, 20s))
       << count("SELECT count(*) FROM jobs WHERE state = 'running' AND claimed_by = 'solo'")
       << " jobs of the unanswered claim are still running under epoch " << epoch;
   release.store(true);
@@ -1206,10 +1211,7 @@ TEST_F(Worker, AClaimThatCommittedUnansweredRunsOnceTheClaimSessionIsBack) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE claimed_by = 'stranger' AND state = 'running'"),
             1)
       << "a job claimed under this epoch by another node name was taken";
-  std::lock_guard lock(m);
-  EXPECT_EQ(runs.size(), 27u);
-  for (const auto& [id, times] : runs)
-    EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+  runs.expect_each_once(27);
 }
 
 TEST_F(Worker, AnUnansweredClaimIsTakenOnceItsSessionEndedItsTransactionAndOnlyOnce) {
@@ -1270,17 +1272,12 @@ TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
         "CREATE TRIGGER slow_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
         "slow_claim()");
   }
-  std::mutex m;
-  std::map<std::int64_t, int> runs;
+  RunsById runs;
   auto config = test_config(schema_, "solo");
   config.lock_ttl = std::chrono::seconds(2);
   config.metrics_listen = "127.0.0.1:0";
-  RunningNode n(config, [&](Node& node) {
-    node.handle("slow", [&](JobContext& ctx) {
-      std::lock_guard lock(m);
-      ++runs[ctx.job().id];
-    });
-  });
+  RunningNode n(config,
+                [&](Node& node) { node.handle("slow", [&](JobContext& ctx) { runs.ran(ctx); }); });
   ASSERT_TRUE(wait_count(kLeading, 1, 20s));
   const auto epoch = count("SELECT epoch FROM locks");
   Client(database_url(), schema_).enqueue_copies("slow", {}, 4);
@@ -1291,10 +1288,7 @@ TEST_F(Worker, ClaimsThatCannotComeBackWithinTheLeaseTakeFewerJobsUntilTheyDo) {
   // The operator sees the cuts counted by their reason.
   const auto page = scrape(n.node().metrics_address());
   EXPECT_GE(metric_sum(page, "baton_claims_cut_total{reason=\"lease_end\"}"), 1) << page;
-  std::lock_guard lock(m);
-  EXPECT_EQ(runs.size(), 4u);
-  for (const auto& [id, times] : runs)
-    EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+  runs.expect_each_once(4);
 }
 
 TEST_F(Worker, AClaimLongerThanALeaseComesBackWhileTheLeaseIsRenewed) {
@@ -1346,16 +1340,11 @@ TEST_F(Worker, AClaimCancelledOnTheServerIsCountedByItsReasonAndItsJobsRunOnce) 
         "CREATE TRIGGER held_claim BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION "
         "held_claim()");
   }
-  std::mutex m;
-  std::map<std::int64_t, int> runs;
+  RunsById runs;
   auto config = test_config(schema_, "solo");
   config.metrics_listen = "127.0.0.1:0";
-  RunningNode n(config, [&](Node& node) {
-    node.handle("slow", [&](JobContext& ctx) {
-      std::lock_guard lock(m);
-      ++runs[ctx.job().id];
-    });
-  });
+  RunningNode n(config,
+                [&](Node& node) { node.handle("slow", [&](JobContext& ctx) { runs.ran(ctx); }); });
   ASSERT_TRUE(wait_count(kLeading, 1, 20s));
   const auto epoch = count("SELECT epoch FROM locks");
   Client(database_url(), schema_).enqueue_copies("slow", {}, 4);
@@ -1371,10 +1360,7 @@ TEST_F(Worker, AClaimCancelledOnTheServerIsCountedByItsReasonAndItsJobsRunOnce) 
   const auto page = scrape(n.node().metrics_address());
   EXPECT_EQ(metric_sum(page, "baton_claims_cut_total{reason=\"statement_timeout\"}"), 1) << page;
   EXPECT_EQ(metric_sum(page, "baton_claims_cut_total{reason=\"lease_end\"}"), 0) << page;
-  std::lock_guard lock(m);
-  EXPECT_EQ(runs.size(), 4u);
-  for (const auto& [id, times] : runs)
-    EXPECT_EQ(times, 1) << "job " << id << " ran " << times << " times";
+  runs.expect_each_once(4);
 }
 
 TEST_F(Worker, AClaimThatWaitsOutAHeldRowIsCountedAndTheOtherJobsRun) {
