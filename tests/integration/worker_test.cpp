@@ -204,6 +204,13 @@ class Worker : public SchemaTest {
     run->executor->accept(1);
     return run;
   }
+  // Runs the ledger job until the executor is idle, then stops it and waits for the outcome.
+  void run_ledger_job(LedgerRun& run) {
+    submit_rows(*run.executor, "ledger");
+    ASSERT_TRUE(run.executor->wait_idle(30s));
+    run.executor.reset();
+    ASSERT_TRUE(run.completer.wait_flushed(20s));
+  }
   // The ledger job ran once and is done: its write is in, it is in the history once, completed
   // and never counted as fenced.
   void expect_ledger_done_once(const LedgerRun& run) {
@@ -792,10 +799,8 @@ TEST_F(Worker, ATransactionalJobWhoseCommitLostItsAnswerIsDoneAndNotRetried) {
   // failure counted as fenced.
   auto run = ledger_run();
   run->proxy.lose_answer_to("COMMIT");
-  submit_rows(*run->executor, "ledger");
-  ASSERT_TRUE(run->executor->wait_idle(30s));
-  run->executor.reset();
-  ASSERT_TRUE(run->completer.wait_flushed(20s));
+  run_ledger_job(*run);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(run->proxy.answers_lost(), 1) << "no COMMIT lost its answer: the test tested nothing";
   expect_ledger_done_once(*run);
   EXPECT_EQ(run->observer.database_errors.load(), 1) << "the lost connection was not counted";
@@ -839,10 +844,8 @@ TEST_F(Worker, ATransactionalJobWhoseCommitStillRanWhenTheConnectionWasLostIsDon
                          "PERFORM set_config('client_connection_check_interval', '0', true); "
                          "PERFORM pg_sleep(2);");
   run->proxy.cut_after("COMMIT");
-  submit_rows(*run->executor, "ledger");
-  ASSERT_TRUE(run->executor->wait_idle(30s));
-  run->executor.reset();
-  ASSERT_TRUE(run->completer.wait_flushed(20s));
+  run_ledger_job(*run);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(run->proxy.answers_lost(), 1) << "no COMMIT was cut: the test tested nothing";
   expect_ledger_done_once(*run);
 }
