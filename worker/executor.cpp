@@ -395,6 +395,9 @@ void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller, bool rel
   };
   const int still_waiting = waiting_.fetch_sub(1) - 1;
   if (observer_ != nullptr) observer_->claimed_waiting(still_waiting);
+  // Read before the check: a run let start has a started_at() inside its lease, however long
+  // the node pauses between here and its handler.
+  const auto allowed_at = std::chrono::system_clock::now();
   if (may_start()) {
     if (observer_ != nullptr) {
       const double held = std::chrono::duration<double>(Clock::now() - claimed.claimed).count();
@@ -406,7 +409,7 @@ void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller, bool rel
     const bool sample = mean_run_seconds_.load(std::memory_order_relaxed) >= 1e-3 ||
                         (samples_.fetch_add(1, std::memory_order_relaxed) % 8) == 0;
     const ThreadUsage before = sample ? thread_usage() : ThreadUsage{};
-    this->run(*run);
+    this->run(*run, allowed_at);
     const double took = std::chrono::duration<double>(Clock::now() - started).count();
     const double mean = mean_run_seconds_.load(std::memory_order_relaxed);
     mean_run_seconds_.store(mean == 0 ? took : mean + (took - mean) / 16,
@@ -569,7 +572,7 @@ std::string Executor::commit_status(const std::string& xid, const Run& run) {
   return status;
 }
 
-void Executor::run(Run& run) {
+void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
   const detail::ClaimedJob& claimed = run.claimed;
   const Job& job = claimed.job;
   const auto started = Clock::now();
@@ -597,7 +600,7 @@ void Executor::run(Run& run) {
     return;
   }
   try {
-    JobContext ctx(job, deadline, run.epoch->ended, run.cancel_asked);
+    JobContext ctx(job, deadline, run.epoch->ended, run.cancel_asked, allowed_at);
     if (entry->transactional) {
       const bool committed = run_transactional(*entry, ctx, run, run_seconds);
       recorded = true;

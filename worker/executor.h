@@ -161,7 +161,8 @@ class Executor {
   void stall_check();
   // Releases the queued jobs of epochs that are no longer accepted.
   void release_unstartable();
-  void run(Run& run);
+  // `allowed_at`: the instant start() read before its checks (JobContext::started_at).
+  void run(Run& run, std::chrono::system_clock::time_point allowed_at);
   // Runs a transactional handler and commits its writes with the completion. Returns false when
   // the commit was fenced (the outcome is then settled: nothing more to record).
   bool run_transactional(const detail::HandlerEntry& entry, JobContext& ctx, const Run& run,

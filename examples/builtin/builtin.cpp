@@ -116,7 +116,11 @@ void register_handlers(baton::Node& node, const std::string& run_log) {
     const auto& job = ctx.job();
     const auto run = std::to_string(job.id) + " " + std::to_string(job.attempt) + " " +
                      std::to_string(job.epoch) + " " + node_id + " ";
-    log->line("start " + run + std::to_string(now_us()) + " " + ctx.idempotency_key());
+    const auto allowed_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(ctx.started_at().time_since_epoch())
+            .count();
+    log->line("start " + run + std::to_string(now_us()) + " " + std::to_string(allowed_us) + " " +
+              ctx.idempotency_key());
     const int ms = ms_of(ctx);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     const auto payload = ctx.payload();

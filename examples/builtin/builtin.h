@@ -14,8 +14,9 @@
 //   record_run: sleeps {"ms": N} (waking early when cancelled, or once the file named by
 //          {"until_exists": PATH} exists) and appends a line to `run_log`
 //          as it starts and one as it ends, with the time in microseconds since the epoch:
-//            start <job id> <attempt> <epoch> <node> <us> <idempotency key>
+//            start <job id> <attempt> <epoch> <node> <us> <started_at us> <idempotency key>
 //            end <job id> <attempt> <epoch> <node> <us> <ok|cancelled>
+//          (<started_at us> is JobContext::started_at(), read before the node's lease check).
 //          Tests read it to prove that no two runs of one job overlap. Refused (discarded) when
 //          the node was started without a run log.
 #pragma once

@@ -634,6 +634,57 @@ TEST_F(Worker, ClaimedJobsThatHaveNotStartedAreReleasedWhenTheirEpochEnds) {
             1);
 }
 
+TEST_F(Worker, AJobWhoseLeaseRanOutBeforeItsTurnDoesNotStartEvenBeforeTheRevoke) {
+  // A node paused past its lease wakes with its epoch still accepted (the revoke has not come
+  // yet): the lease, checked as each job starts, must keep the jobs still waiting from starting.
+  // The run let start has a started_at() read before the lease ended.
+  const auto ids = running_jobs(2, "hold", 0);
+  std::atomic<bool> lease_ok{true};
+  std::mutex m;
+  std::condition_variable cv;
+  bool first_started = false, go = false;
+  std::vector<std::chrono::system_clock::time_point> started_at;
+  baton::detail::HandlerRegistry handlers;
+  handlers.add("hold", baton::Handler([&](JobContext& ctx) {
+                 std::unique_lock lock(m);
+                 started_at.push_back(ctx.started_at());
+                 first_started = true;
+                 cv.notify_all();
+                 cv.wait_for(lock, 10s, [&] { return go; });  // the first run holds the thread
+               }));
+  const baton::detail::ConnectOptions connect{.url = database_url(), .schema = schema_};
+  baton::worker::Completer completer(connect, nullptr);
+  completer.start();
+  std::chrono::system_clock::time_point lease_end;
+  {
+    baton::worker::Executor executor(
+        {.connect = connect, .threads = 1, .node_id = "solo", .retry = {}}, handlers, completer,
+        nullptr, [] {}, [&](std::int64_t epoch) { return epoch == 1 && lease_ok.load(); });
+    executor.accept(1);
+    submit_rows(executor, "hold");
+    {
+      std::unique_lock lock(m);
+      ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return first_started; }));
+      lease_end = std::chrono::system_clock::now();
+      lease_ok = false;
+      go = true;
+    }
+    cv.notify_all();
+    ASSERT_TRUE(executor.wait_idle(10s));
+    EXPECT_EQ(executor.accepted_epochs(), 1) << "the test meant the epoch to stay accepted";
+  }
+  ASSERT_TRUE(completer.wait_flushed(10s));
+  completer.stop(1s);
+  ASSERT_EQ(started_at.size(), 1u) << "a job started after its lease ran out";
+  EXPECT_LE(started_at[0], lease_end);
+  EXPECT_GT(started_at[0], lease_end - 10s);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(ids[0])), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND attempts = 0 AND id = " +
+                  std::to_string(ids[1])),
+            1)
+      << "the job that was not let start did not go back with its attempt";
+}
+
 TEST_F(Worker, TheShardsOfANodeTakeTurnsToStartTheirClaimedJobs) {
   // A node busy with one shard's jobs wins another shard: that shard's first job starts next,
   // not behind everything buffered for the first one.

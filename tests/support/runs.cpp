@@ -39,14 +39,13 @@ std::map<long long, std::vector<LoggedRun>> read_runs(const std::string& path) {
     std::string what, rest;
     LoggedRun r;
     long long us = 0;
-    if (!(f >> what >> r.job >> r.attempt >> r.epoch >> r.node >> us >> rest)) continue;
+    if (!(f >> what >> r.job >> r.attempt >> r.epoch >> r.node >> us)) continue;
     const std::string id = std::to_string(r.job) + " " + std::to_string(r.attempt) + " " +
                            std::to_string(r.epoch) + " " + r.node;
-    if (what == "start") {
+    if (what == "start" && f >> r.allowed_us >> r.key) {
       r.start_us = us;
-      r.key = rest;
       open[id] = r;
-    } else if (what == "end" && open.contains(id)) {
+    } else if (what == "end" && f >> rest && open.contains(id)) {
       auto done = open[id];
       done.end_us = us;
       done.cancelled = rest == "cancelled";

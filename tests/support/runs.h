@@ -25,6 +25,7 @@ struct LoggedRun {
   long long epoch = 0;
   std::string node;
   long long start_us = 0;
+  long long allowed_us = 0;  // JobContext::started_at(): read before the node's lease check
   long long end_us = std::numeric_limits<long long>::max();
   std::string key;  // the idempotency key the handler saw
   bool cancelled = false;

@@ -83,10 +83,13 @@ class JobContext {
       : JobContext(std::move(job), deadline, cancelled, cancelled) {}
   // `leadership_ended`: the epoch of this run ended or the node is stopping (the job will run
   // again elsewhere). `cancel_asked`: a producer or operator cancelled the job (it will not).
+  // `started_at`: see started_at() (a node passes the instant it read before its lease check).
   JobContext(Job job, std::chrono::steady_clock::time_point deadline,
-             const std::atomic<bool>& leadership_ended, const std::atomic<bool>& cancel_asked)
+             const std::atomic<bool>& leadership_ended, const std::atomic<bool>& cancel_asked,
+             std::chrono::system_clock::time_point started_at = std::chrono::system_clock::now())
       : job_(std::move(job)),
         deadline_(deadline),
+        started_at_(started_at),
         leadership_ended_(leadership_ended),
         cancel_asked_(cancel_asked) {}
 
@@ -94,6 +97,11 @@ class JobContext {
   nlohmann::json payload() const { return nlohmann::json::parse(job_.payload); }
   // Past the deadline the run counts as failed; long handlers should check it.
   std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  // When the node let this run start, by the system clock: read just before it checked that its
+  // lease was still valid. A run is never let start after its lease ended, so started_at() is
+  // before that end even when the node was paused (SIGSTOP, a suspended VM) on its way into the
+  // handler. For logs, and for a receiver that checks when a write was decided.
+  std::chrono::system_clock::time_point started_at() const { return started_at_; }
   // True once this run should stop early: the node lost leadership or is shutting down (the job
   // runs again), or the job was cancelled (it does not). Check it in long loops.
   bool cancelled() const {
@@ -112,6 +120,7 @@ class JobContext {
  private:
   Job job_;
   std::chrono::steady_clock::time_point deadline_;
+  std::chrono::system_clock::time_point started_at_;
   const std::atomic<bool>& leadership_ended_;
   const std::atomic<bool>& cancel_asked_;
 };
