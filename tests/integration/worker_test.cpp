@@ -580,6 +580,69 @@ TEST_F(Worker, AJobThatSortsFirstOvertakesABacklogThatIsDraining) {
   EXPECT_LT(at, kBacklog - 1000) << "the job first in claim order waited for the backlog";
 }
 
+TEST_F(Worker, AJobThatSortsFirstOvertakesAStreamThatKeepsTheQueueShort) {
+  // Producers feed the queue about as fast as it is claimed: claims come back short and the next
+  // one starts after the last job claimed. The claims that still start from the beginning must
+  // find a job queued meanwhile with a higher priority while the stream goes on.
+  auto config = test_config(schema_, "solo");
+  config.threads = 2;
+  std::atomic<bool> urgent_ran{false};
+  RunningNode n(config, [&](Node& node) {
+    node.handle("stream", [](JobContext&) { std::this_thread::sleep_for(1ms); });
+    node.handle("urgent", [&](JobContext&) { urgent_ran = true; });
+  });
+  Client client(database_url(), schema_);
+  std::atomic<bool> stop{false};
+  std::atomic<int> streamed{0};
+  std::thread producer([&] {
+    Client own(database_url(), schema_);
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (!stop.load() && std::chrono::steady_clock::now() < until) {
+      own.enqueue("stream", {});
+      ++streamed;
+      std::this_thread::sleep_for(500us);
+    }
+  });
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") >= 200; }, 30s));
+  EnqueueOptions first;
+  first.priority = -10;
+  const auto urgent = client.enqueue("urgent", {}, first);
+  const bool ran = wait_for([&] { return urgent_ran.load(); }, 30s);
+  const int during = streamed.load();
+  stop = true;
+  producer.join();
+  EXPECT_TRUE(ran) << "the job first in claim order waited 30 s behind a stream of " << during;
+  EXPECT_EQ(count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(urgent)), 1);
+}
+
+TEST_F(Worker, AJobThatSortsFirstWakesASleepingLeaderRightAfterAClaim) {
+  // The leader claimed a job and went to sleep holding its wake keys, well within the period
+  // between claims from the beginning. A job that sorts before the one it claimed wakes it, and
+  // the claim it wakes for must find it: started after the last job claimed, it would not, and
+  // the job would wait for the poll interval (a minute here).
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  const std::string key_holder = wake_key_holder("solo");
+  Client client(database_url(), schema_);
+  EnqueueOptions first;
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(wait_for([&] { return count(key_holder) != 0; }, 20s))
+        << "round " << round << ": the poller does not sleep holding the wake keys";
+    first.priority = -round;
+    const auto id = client.enqueue("noop", {{"round", round}}, first);
+    ASSERT_TRUE(
+        wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 5s));
+    // Asleep again, its cursor after that job: the next sorts first.
+    ASSERT_TRUE(wait_for([&] { return count(key_holder) != 0; }, 20s));
+    first.priority = -round - 100;
+    const auto ahead = client.enqueue("noop", {{"round", round}}, first);
+    EXPECT_TRUE(
+        wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(ahead), 1, 5s))
+        << "round " << round << ": the job that sorts first waited for the poll interval";
+  }
+}
+
 TEST_F(Worker, ASessionHoldingTheWakeKeysCannotStallTheQueue) {
   // A stranger that holds a wake key shared keeps the leader from sleeping on it (the leader
   // polls instead); one that holds it exclusively makes every producer notify. Neither may leave
