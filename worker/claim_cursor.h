@@ -2,18 +2,16 @@
 //
 // A claim from the beginning of the claim index steps over the entries of every job claimed since
 // the last vacuum: 17 ms for 1.2M of them, against 0.5 ms started after the last job claimed
-// (docs/performance.md). So once a claim found jobs, the next one starts after the last job
-// claimed: a backlog draining, or producers feeding the queue as fast as it is claimed. Jobs that
-// sort before that place (a higher priority, an earlier run_at, a job put back, the next job of an
-// ordered partition) are found by the claims that still start from the beginning:
-//   * every claim the poller makes holding its wake keys, that is each one before it sleeps and
-//     the first after it wakes (the poller passes no cursor then: see Poller::claim_round);
+// (docs/performance.md). So while claims come back full (a backlog), the next one starts after
+// the last job claimed. Jobs that sort before that place (a higher priority, an earlier run_at, a
+// job put back, the next job of an ordered partition) are found by the claims that still start
+// from the beginning:
+//   * after a claim that came back short (it reached the end of what was due);
 //   * once `period` has passed since the last claim from the beginning: ten times as long as that
 //     claim took, at least 50 ms and at most 1 s;
 //   * for 10 s after a job of an ordered partition was claimed, so that the partition's next job
 //     is claimed as soon as its predecessor has ended, as without a cursor.
-// A claim that found nothing leaves the place where it was. A claim that failed (cut, or an
-// error) changes nothing. Not thread-safe: the claiming thread's.
+// A claim that failed (cut, or an error) changes nothing. Not thread-safe: the claiming thread's.
 #pragma once
 
 #include <algorithm>
@@ -38,18 +36,17 @@ class ClaimCursor {
     return after_;
   }
 
-  // A claim that started at `start` after `from` (none: from the beginning) came back at `end`
-  // with `jobs`.
-  void claimed(const std::optional<detail::ClaimKey>& from,
+  // A claim that started at `start` after `from` (none: from the beginning), asked for `want`
+  // jobs, came back at `end` with `jobs`.
+  void claimed(const std::optional<detail::ClaimKey>& from, int want,
                const std::vector<detail::ClaimedJob>& jobs, Clock::time_point start,
                Clock::time_point end) {
     if (!from) {
       const auto took = std::chrono::duration_cast<Clock::duration>(10 * (end - start));
       next_full_ = end + std::clamp<Clock::duration>(took, kMinPeriod, kMaxPeriod);
     }
-    // To the last of these jobs in claim order, even back from further on after a claim from the
-    // beginning: a job between them and the old place may be due (put back, say).
-    if (!jobs.empty()) {
+    after_.reset();
+    if (!jobs.empty() && static_cast<int>(jobs.size()) >= want) {
       detail::ClaimKey last = jobs.front().key;
       for (const auto& j : jobs)
         last = std::max(last, j.key);

@@ -335,17 +335,15 @@ int Poller::buffer_size() const {
 Poller::Round Poller::claim_round(Run& run) {
   const auto epoch = run.epoch;
   Round round;
-  // Each kind of claim starts after the last job it claimed (worker/claim_cursor.h): `kind` is
-  // the limited queue it claims, or "" for the rest.
+  // Each kind of claim starts after the last job it claimed while its claims come back full
+  // (worker/claim_cursor.h): `kind` is the limited queue it claims, or "" for the rest.
   auto claim = [&](const std::string& kind, int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except, int cluster_limit = 0) {
     if (run.claim_cap > 0) want = std::min(want, run.claim_cap);
     if (want <= 0 || run.stopping.load() || !lease_.valid(epoch)) return;
     auto& cursor = run.cursors[kind];
     const auto start = std::chrono::steady_clock::now();
-    // Holding the wake keys, the poller is about to sleep or has just woken: a job a producer
-    // notified may sort anywhere, so the claim starts from the beginning.
-    const auto after = run.wake_keys_held ? std::nullopt : cursor.next(start);
+    auto after = cursor.next(start);
     const detail::ClaimFilter filter{
         queues,        except,        config_.types, start < run.skip_locked_until,
         config_.shard, cluster_limit, after};
@@ -371,7 +369,7 @@ Poller::Round Poller::claim_round(Run& run) {
       // Full and well within its time: take more again.
       run.claim_cap = run.claim_cap >= config_.batch_size / 2 ? 0 : run.claim_cap * 2;
     }
-    cursor.claimed(after, jobs, start, end);
+    cursor.claimed(after, want, jobs, start, end);
     for (const auto& j : jobs) {
       // A moving mean over about the last 1,000 jobs.
       const auto bytes = static_cast<double>(j.job.payload.size());

@@ -581,11 +581,17 @@ TEST_F(Worker, AJobThatSortsFirstOvertakesABacklogThatIsDraining) {
 }
 
 TEST_F(Worker, AJobThatSortsFirstOvertakesAStreamThatKeepsTheQueueShort) {
-  // Producers feed the queue about as fast as it is claimed: claims come back short and the next
-  // one starts after the last job claimed. The claims that still start from the beginning must
-  // find a job queued meanwhile with a higher priority while the stream goes on.
+  // Producers feed the queue about as fast as it is claimed, and a session holds a wake key
+  // shared all along, so the leader never sleeps on the keys: it polls. A job queued meanwhile
+  // with a higher priority must be claimed while the stream goes on (a claim that started after
+  // the last job claimed, every time, would never reach it).
   auto config = test_config(schema_, "solo");
   config.threads = 2;
+  pqxx::connection stranger(database_url());
+  ASSERT_TRUE(pqxx::nontransaction(stranger)
+                  .exec_params("SELECT pg_try_advisory_lock_shared(hashtextextended($1, 0))",
+                               schema_ + "_jobs/*")[0][0]
+                  .as<bool>());
   std::atomic<bool> urgent_ran{false};
   RunningNode n(config, [&](Node& node) {
     node.handle("stream", [](JobContext&) { std::this_thread::sleep_for(1ms); });
@@ -617,28 +623,31 @@ TEST_F(Worker, AJobThatSortsFirstOvertakesAStreamThatKeepsTheQueueShort) {
 
 TEST_F(Worker, AJobThatSortsFirstWakesASleepingLeaderRightAfterAClaim) {
   // The leader claimed a job and went to sleep holding its wake keys, well within the period
-  // between claims from the beginning. A job that sorts before the one it claimed wakes it, and
-  // the claim it wakes for must find it: started after the last job claimed, it would not, and
-  // the job would wait for the poll interval (a minute here).
+  // between periodic claims from the beginning (worker/claim_cursor.h). A job that sorts before
+  // the one it claimed wakes it, and the claim it wakes for must find it: started after the last
+  // job claimed, it would not, and the job would wait for the poll interval (a minute here).
   auto config = test_config(schema_, "solo");
   config.poll_interval = std::chrono::minutes(1);
   RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
   const std::string key_holder = wake_key_holder("solo");
   Client client(database_url(), schema_);
   EnqueueOptions first;
+  // Checked every millisecond: the job that sorts first must come well within the 50 ms after
+  // the round's first claim, for a claim after the cursor to miss it.
+  auto done = [&](std::int64_t id) {
+    return count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id)) == 1;
+  };
   for (int round = 0; round < 3; ++round) {
     ASSERT_TRUE(wait_for([&] { return count(key_holder) != 0; }, 20s))
         << "round " << round << ": the poller does not sleep holding the wake keys";
     first.priority = -round;
     const auto id = client.enqueue("noop", {{"round", round}}, first);
-    ASSERT_TRUE(
-        wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id), 1, 5s));
+    ASSERT_TRUE(wait_for([&] { return done(id); }, 5s, 1ms));
     // Asleep again, its cursor after that job: the next sorts first.
-    ASSERT_TRUE(wait_for([&] { return count(key_holder) != 0; }, 20s));
+    ASSERT_TRUE(wait_for([&] { return count(key_holder) != 0; }, 20s, 1ms));
     first.priority = -round - 100;
     const auto ahead = client.enqueue("noop", {{"round", round}}, first);
-    EXPECT_TRUE(
-        wait_count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(ahead), 1, 5s))
+    EXPECT_TRUE(wait_for([&] { return done(ahead); }, 5s))
         << "round " << round << ": the job that sorts first waited for the poll interval";
   }
 }
