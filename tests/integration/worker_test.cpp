@@ -222,6 +222,15 @@ class Worker : public SchemaTest {
     EXPECT_EQ(run.observer.completed.load(), 1);
     EXPECT_EQ(run.observer.fenced.load(), 0u) << "the job's failure was written after it committed";
   }
+  // A node "solo" that handles `noop` and polls once a minute: asleep, it waits for a NOTIFY.
+  // `batch_size`: 0 for the default.
+  std::unique_ptr<RunningNode> sleepy_noop_leader(int batch_size = 0) {
+    auto config = test_config(schema_, "solo");
+    config.poll_interval = std::chrono::minutes(1);
+    if (batch_size > 0) config.batch_size = batch_size;
+    return std::make_unique<RunningNode>(
+        config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  }
   // Ends the server session `pid` (as a restart or a failover would) and waits until it is gone.
   bool end_session(long long pid) {
     const auto id = std::to_string(pid);
@@ -516,9 +525,7 @@ TEST_F(Worker, ASleepingLeaderWhoseClaimSessionWasCutStillWakesForAnEnqueue) {
   // session. Once it has reconnected it must take them again before it sleeps: without them,
   // producers find the keys free and do not notify, and a job waits for the poll interval (a
   // minute here).
-  auto config = test_config(schema_, "solo");
-  config.poll_interval = std::chrono::minutes(1);
-  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  const auto n = sleepy_noop_leader();
   const std::string key_holder = wake_key_holder("solo");
   Client client(database_url(), schema_);
   for (int round = 0; round < 3; ++round) {
@@ -626,9 +633,8 @@ TEST_F(Worker, AJobThatSortsFirstWakesASleepingLeaderRightAfterAClaim) {
   // between periodic claims from the beginning (worker/claim_cursor.h). A job that sorts before
   // the one it claimed wakes it, and the claim it wakes for must find it: started after the last
   // job claimed, it would not, and the job would wait for the poll interval (a minute here).
-  auto config = test_config(schema_, "solo");
-  config.poll_interval = std::chrono::minutes(1);
-  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  // Claims of one job: the round's claim comes back full, so it leaves a cursor after its job.
+  const auto n = sleepy_noop_leader(1);
   const std::string key_holder = wake_key_holder("solo");
   Client client(database_url(), schema_);
   EnqueueOptions first;
