@@ -317,6 +317,20 @@ void Poller::wait(Run& run, Millis timeout) {
   waker_.wait(run.conn ? run.conn->sock() : -1, timeout);
 }
 
+void Poller::gather(Run& run) {
+  if (config_.claim_gather.count() <= 0) return;
+  const auto until = std::chrono::steady_clock::now() + config_.claim_gather;
+  // The executor's wakes (places freed) end a wait early: a stream lacks jobs, not room. A few at
+  // most, then the claim goes ahead.
+  for (int i = 0; i < 4 && !run.stopping.load(); ++i) {
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) break;
+    wait(run, std::chrono::ceil<Millis>(left));
+    run.conn->get_notifs();
+    pass_cancels(run);
+  }
+}
+
 int Poller::buffer_size() const {
   // A buffered job waits for one of the threads to finish: about position * run time / threads.
   // Keep that under 100 ms; no buffer until a job's run time is known.
@@ -379,6 +393,7 @@ Poller::Round Poller::claim_round(Run& run) {
     if (!jobs.empty()) run.last_claim_us = std::max(run.last_claim_us, jobs.front().claimed_at_us);
     round.room = true;
     round.jobs += static_cast<int>(jobs.size());
+    if (static_cast<int>(jobs.size()) == want) round.full = true;
     // Woken from sleep (holding the wake keys): this thread runs the first job itself, after
     // handing the turn over (see poller.h).
     const bool keep =
@@ -625,11 +640,21 @@ bool Poller::loop(Run& run, std::atomic<bool>& in_job) {
         // Its job first; then this thread (or the other, if the job ran long) drops the keys.
         if (run.kept && !run_kept_here(run, in_job)) return true;
         if (run.drop_keys) drop_wake_keys(run);
-        // Claim again at once: a round that found fewer jobs than it had room for ends only in
-        // an empty round, which takes the wake keys before sleeping. (Sleeping after this one,
-        // without the keys, a job whose producer did not notify would wait for the poll.)
+        // Claim again: a round that found fewer jobs than it had room for ends only in an empty
+        // round, which takes the wake keys before sleeping. (Sleeping after this one, without
+        // the keys, a job whose producer did not notify would wait for the poll.) At once,
+        // unless jobs stream in: this round and the one before found jobs and none came back
+        // full. Then claiming at once takes a few jobs a round trip, and the claims' CPU comes
+        // off the producers' (on a small machine, a claim's fixed cost per job doubles the
+        // leader's CPU): waiting claim_gather lets the next claim take what arrived meanwhile,
+        // for at most that much more waiting per job. The first claim after a wake-up never
+        // waits.
+        const bool stream = run.found_jobs && !round.full;
+        run.found_jobs = true;
+        if (stream) gather(run);
         continue;
       }
+      run.found_jobs = false;
       // A NOTIFY that arrived during the claim is already read off the socket: poll() would
       // not see it.
       if (run.conn->get_notifs() > 0) {
@@ -688,6 +713,7 @@ bool Poller::loop(Run& run, std::atomic<bool>& in_job) {
       // The session's advisory locks ended with it: the keys are taken again before sleeping.
       run.wake_keys_held = false;
       run.drop_keys = false;
+      run.found_jobs = false;
       if (run.stopping.load()) break;  // cut at the end of leadership: nothing to report
       if (observer_ != nullptr) observer_->database_error("poller");
       if (!run.reported) {

@@ -67,6 +67,9 @@ struct PollerConfig {
   bool cluster_limits = false;
   int batch_size = 1000;
   Millis poll_interval{1000};
+  // While jobs stream in (two rounds in a row found jobs, and none came back full), the next claim
+  // waits this long, so that it takes what arrived meanwhile. 0: it claims again at once.
+  Millis claim_gather{2};
   // A claim that waits this long for a row another transaction holds gives up, and the claims
   // of the next minute skip held rows (a row lock each) instead of waiting.
   Millis lock_timeout{200};
@@ -131,10 +134,11 @@ class Poller {
     // The thread with the turn runs a kept job (since kept_since): the other may take the turn.
     bool in_kept_job = false;
     std::chrono::steady_clock::time_point kept_since{};
-    int look = -1;           // a timerfd: the waiting thread looks at the turn when it fires
-    Executor::Kept kept;     // claimed for the thread whose turn it is
-    bool drop_keys = false;  // the wake keys are to be dropped (a claim found work)
-    bool reported = false;   // a database error was logged (until a claim succeeds)
+    int look = -1;            // a timerfd: the waiting thread looks at the turn when it fires
+    Executor::Kept kept;      // claimed for the thread whose turn it is
+    bool drop_keys = false;   // the wake keys are to be dropped (a claim found work)
+    bool found_jobs = false;  // the last round claimed jobs
+    bool reported = false;    // a database error was logged (until a claim succeeds)
     detail::Backoff backoff{Millis(50), Millis(2000)};
     detail::Backoff busy_poll{Millis(1), Millis(50)};  // polling while producers hold the keys
     std::atomic<bool> aborted{false};                  // its calls are being cut (until join)
@@ -177,6 +181,7 @@ class Poller {
   struct Round {
     int jobs = 0;       // claimed
     bool room = false;  // some claim was tried (a thread or buffer place was free)
+    bool full = false;  // some claim took all it asked for (more may be waiting)
   };
 
   // One claiming thread: takes its turns until the claiming ends.
@@ -197,6 +202,9 @@ class Poller {
   // Logs once when another session has kept a wake key from this leader for long.
   void warn_if_keys_held_long(Run& run);
   void wait(Run& run, Millis timeout);
+  // Waits claim_gather before the next claim of a stream (unless the claiming stops), passing on
+  // the cancels that arrive meanwhile.
+  void gather(Run& run);
   // How many claimed jobs may wait for a thread, from how long jobs run.
   int buffer_size() const;
   // After a claim failed: when it ran out of time (the lease's end, or the statement timeout)

@@ -431,6 +431,7 @@ void Node::run() {
                .queue_limits = c.queue_concurrency,
                .batch_size = c.batch_size,
                .poll_interval = c.poll_interval,
+               .claim_gather = c.claim_gather,
                .claim_time = 3 * c.local_lease()};
   wc.executor = {.connect = s.connect_options(false),
                  .pooled = !c.election_database_url.empty(),

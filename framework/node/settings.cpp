@@ -203,6 +203,9 @@ void Settings::Impl::build_table() {
       number("batch-size", c.batch_size,
              "most jobs one claim takes, and most claimed jobs waiting for a thread"),
       duration("poll-interval", c.poll_interval, "poll when no NOTIFY arrives"),
+      duration("claim-gather", c.claim_gather,
+               "while jobs stream in, wait this long between claims so that each takes more "
+               "(0ms: claim again at once)"),
       text("lock-key", c.lock_key, "lock row key"),
       number("shards", c.shards,
              "shards of the deployment's jobs, each led by one node (1: one leader; the same on "

@@ -242,6 +242,10 @@ void NodeConfig::validate() {
     }
   }
   require_positive("poll-interval", poll_interval);
+  if (claim_gather.count() < 0 || claim_gather > std::min(poll_interval, Millis(100))) {
+    fail("claim-gather", "must be 0ms..100ms and at most poll-interval, got " +
+                             std::to_string(claim_gather.count()) + "ms");
+  }
   require_positive("history-retention", history_retention);
   require_positive("lock-ttl", lock_ttl);
   require_positive("renew-interval", renew_interval);

@@ -322,6 +322,79 @@ TEST_F(Worker, EveryEnqueueWakesTheLeaderWithoutWaitingForAPoll) {
   }
 }
 
+TEST_F(Worker, AStreamOfJobsIsClaimedAGatherAtATimeRatherThanAFewJobsPerRoundTrip) {
+  // While jobs stream in, the leader waits claim_gather between claims, so that each claim takes
+  // what arrived meanwhile. One producer enqueues as fast as it can for a second: claims that
+  // went again at once would take a job or two each (what arrived during a round trip);
+  // gathered for 100 ms, the second's ten or so claims take many each. A claim's jobs share
+  // their started_at (the claim's transaction time).
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  config.claim_gather = 100ms;
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(wait_for([&] { return count(kLeading) == 1; }, 20s));
+  Client client(database_url(), schema_);
+  int produced = 0;
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < until && produced < 100'000) {
+    client.enqueue("noop", {{"i", produced}});
+    ++produced;
+  }
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == produced; }, 30s))
+      << "a job of the stream waited for the poll interval";
+  const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
+  EXPECT_GE(produced, 10 * claims) << produced << " jobs took " << claims << " claims";
+}
+
+TEST_F(Worker, ABacklogIsClaimedBackToBackWithoutTheGather) {
+  // Claims that come back full leave more waiting: the next goes at once, not after the gather.
+  // 500 queued jobs, ten a claim: gathering between full claims, they would be 100 ms apart.
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  config.claim_gather = 100ms;
+  config.batch_size = 10;
+  Client(database_url(), schema_).enqueue_copies("noop", {}, 500);
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 500; }, 60s));
+  const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
+  const auto spread_ms = count(
+      "SELECT (extract(epoch FROM max(started_at) - min(started_at)) * 1000)::bigint "
+      "FROM job_history");
+  ASSERT_GE(claims, 50);
+  EXPECT_LT(spread_ms, 25 * (claims - 1))
+      << claims << " claims took " << spread_ms << " ms from the first to the last";
+}
+
+TEST_F(Worker, AJobAfterAQuietSpellIsNotHeldBackByTheGather) {
+  // The gather is for streams (two claims in a row found jobs). Jobs enqueued one at a time, a
+  // few milliseconds after the one before ran, each find the leader asleep and start at once:
+  // a leader that gathered after every claim that found a job would hold each one back for
+  // most of its 100 ms.
+  auto config = test_config(schema_, "solo");
+  config.poll_interval = std::chrono::minutes(1);
+  config.claim_gather = 100ms;
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(wait_for([&] { return count(kLeading) == 1; }, 20s));
+  Client client(database_url(), schema_);
+  std::vector<double> ms;
+  for (int i = 0; i < 15; ++i) {
+    std::this_thread::sleep_for(5ms);  // the quiet spell, not a wait for a state
+    const auto id = client.enqueue("noop", {{"i", i}});
+    const auto enqueued = std::chrono::steady_clock::now();
+    ASSERT_TRUE(wait_for(
+        [&] {
+          return count("SELECT count(*) FROM job_history WHERE id = " + std::to_string(id)) == 1;
+        },
+        10s, 1ms));
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - enqueued)
+            .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[ms.size() / 2], 50.0)
+      << "the median job waited " << ms[ms.size() / 2] << " ms from its enqueue to its history row";
+}
+
 TEST_F(Worker, ProducersThatDoNotNotifyNeverStrandAJobWhileTheLeaderSleeps) {
   // Producers notify only while the leader may sleep. Four producers enqueue in transactions of
   // their own, some held open a moment after the enqueue, with short gaps: the leader goes from

@@ -132,6 +132,26 @@ TEST(Config, RefusesNonPositiveDurationsAndBadNumbers) {
             std::string::npos);
 }
 
+TEST(Config, TheClaimGatherIsAtMostAHundredMillisecondsAndThePollInterval) {
+  auto with = [](auto change) {
+    NodeConfig c = valid();
+    change(c);
+    return error_of(c);
+  };
+  EXPECT_EQ(with([](NodeConfig& c) { c.claim_gather = Millis(0); }), "");
+  EXPECT_EQ(with([](NodeConfig& c) { c.claim_gather = Millis(100); }), "");
+  for (const auto& bad : {Millis(-1), Millis(101)}) {
+    const auto error = with([&](NodeConfig& c) { c.claim_gather = bad; });
+    EXPECT_NE(error.find("claim-gather"), std::string::npos) << error;
+    EXPECT_NE(error.find("0ms..100ms"), std::string::npos) << error;
+  }
+  EXPECT_NE(with([](NodeConfig& c) {
+              c.poll_interval = Millis(20);
+              c.claim_gather = Millis(50);
+            }).find("claim-gather"),
+            std::string::npos);
+}
+
 TEST(Config, NodeIdAndSchemaMustFitInOneSessionName) {
   NodeConfig c = valid();
   c.schema = std::string(40, 's');
