@@ -71,7 +71,7 @@ struct NodeConfig {
   // it could), the leader waits this long before its next claim, so that one claim takes what
   // arrived meanwhile: fewer, fuller claims, for at most this much more waiting per job under
   // such a stream. The first claim after the leader wakes never waits. 0: claim again at once.
-  Millis claim_gather{2};
+  Millis claim_gather{5};
 
   // Election (leader/): the lock row is (lock_key, region).
   std::string lock_key = "baton-leader";
