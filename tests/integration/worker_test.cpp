@@ -223,11 +223,13 @@ class Worker : public SchemaTest {
     EXPECT_EQ(run.observer.fenced.load(), 0u) << "the job's failure was written after it committed";
   }
   // A node "solo" that handles `noop` and polls once a minute: asleep, it waits for a NOTIFY.
-  // `batch_size`: 0 for the default.
-  std::unique_ptr<RunningNode> sleepy_noop_leader(int batch_size = 0) {
+  // `batch_size`: 0 for the default; `claim_gather`: none for the default.
+  std::unique_ptr<RunningNode> sleepy_noop_leader(
+      int batch_size = 0, std::optional<std::chrono::milliseconds> claim_gather = {}) {
     auto config = test_config(schema_, "solo");
     config.poll_interval = std::chrono::minutes(1);
     if (batch_size > 0) config.batch_size = batch_size;
+    if (claim_gather) config.claim_gather = *claim_gather;
     return std::make_unique<RunningNode>(
         config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
   }
@@ -328,10 +330,7 @@ TEST_F(Worker, AStreamOfJobsIsClaimedAGatherAtATimeRatherThanAFewJobsPerRoundTri
   // went again at once would take a job or two each (what arrived during a round trip);
   // gathered for 100 ms, the second's ten or so claims take many each. A claim's jobs share
   // their started_at (the claim's transaction time).
-  auto config = test_config(schema_, "solo");
-  config.poll_interval = std::chrono::minutes(1);
-  config.claim_gather = 100ms;
-  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  const auto n = sleepy_noop_leader(0, 100ms);
   ASSERT_TRUE(wait_for([&] { return count(kLeading) == 1; }, 20s));
   Client client(database_url(), schema_);
   int produced = 0;
@@ -349,12 +348,8 @@ TEST_F(Worker, AStreamOfJobsIsClaimedAGatherAtATimeRatherThanAFewJobsPerRoundTri
 TEST_F(Worker, ABacklogIsClaimedBackToBackWithoutTheGather) {
   // Claims that come back full leave more waiting: the next goes at once, not after the gather.
   // 500 queued jobs, ten a claim: gathering between full claims, they would be 100 ms apart.
-  auto config = test_config(schema_, "solo");
-  config.poll_interval = std::chrono::minutes(1);
-  config.claim_gather = 100ms;
-  config.batch_size = 10;
   Client(database_url(), schema_).enqueue_copies("noop", {}, 500);
-  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  const auto n = sleepy_noop_leader(10, 100ms);
   ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 500; }, 60s));
   const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
   const auto spread_ms = count(
@@ -370,10 +365,7 @@ TEST_F(Worker, AJobAfterAQuietSpellIsNotHeldBackByTheGather) {
   // few milliseconds after the one before ran, each find the leader asleep and start at once:
   // a leader that gathered after every claim that found a job would hold each one back for
   // most of its 100 ms.
-  auto config = test_config(schema_, "solo");
-  config.poll_interval = std::chrono::minutes(1);
-  config.claim_gather = 100ms;
-  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  const auto n = sleepy_noop_leader(0, 100ms);
   ASSERT_TRUE(wait_for([&] { return count(kLeading) == 1; }, 20s));
   Client client(database_url(), schema_);
   std::vector<double> ms;
