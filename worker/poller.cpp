@@ -319,10 +319,14 @@ void Poller::wait(Run& run, Millis timeout) {
 
 void Poller::gather(Run& run) {
   if (config_.claim_gather.count() <= 0) return;
+  // A cancel the claim read off the socket: poll() would not see it.
+  run.conn->get_notifs();
+  pass_cancels(run);
   const auto until = std::chrono::steady_clock::now() + config_.claim_gather;
-  // The executor's wakes (places freed) end a wait early: a stream lacks jobs, not room. A few at
-  // most, then the claim goes ahead.
-  for (int i = 0; i < 4 && !run.stopping.load(); ++i) {
+  // Only a stop ends it early. The executor's wakes (a job ended, places freed) do not: a stream
+  // lacks jobs, not room, and every job's end would cut the gather short. Each turn ends at a
+  // wake, a notification or the end; the count only bounds a socket that is always readable.
+  for (int i = 0; i < 100'000 && !run.stopping.load(); ++i) {
     const auto left = until - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero()) break;
     wait(run, std::chrono::ceil<Millis>(left));
@@ -391,9 +395,19 @@ Poller::Round Poller::claim_round(Run& run) {
       mean_payload_bytes_ = std::max(mean_payload_bytes_, bytes / 100.0);
     }
     if (!jobs.empty()) run.last_claim_us = std::max(run.last_claim_us, jobs.front().claimed_at_us);
+    if (cluster_limit > 0) {
+      for (auto& j : jobs)
+        j.cluster_limited = true;
+    }
     round.room = true;
     round.jobs += static_cast<int>(jobs.size());
-    if (static_cast<int>(jobs.size()) == want) round.full = true;
+    // More may be waiting after a claim that took all it asked for, and after one that something
+    // other than the queue's depth kept short: a shard's share of a limited queue (claim_jobs
+    // cuts it to the cluster's free slots), or ordered partitions (one job of each at a time).
+    if (static_cast<int>(jobs.size()) == want || (cluster_limit > 0 && !jobs.empty()) ||
+        std::any_of(jobs.begin(), jobs.end(), [](const auto& j) { return j.partitioned; })) {
+      round.more_waiting = true;
+    }
     // Woken from sleep (holding the wake keys): this thread runs the first job itself, after
     // handing the turn over (see poller.h).
     const bool keep =
@@ -643,13 +657,14 @@ bool Poller::loop(Run& run, std::atomic<bool>& in_job) {
         // Claim again: a round that found fewer jobs than it had room for ends only in an empty
         // round, which takes the wake keys before sleeping. (Sleeping after this one, without
         // the keys, a job whose producer did not notify would wait for the poll.) At once,
-        // unless jobs stream in: this round and the one before found jobs and none came back
-        // full. Then claiming at once takes a few jobs a round trip, and the claims' CPU comes
-        // off the producers' (on a small machine, a claim's fixed cost per job doubles the
-        // leader's CPU): waiting claim_gather lets the next claim take what arrived meanwhile,
-        // for at most that much more waiting per job. The first claim after a wake-up never
-        // waits.
-        const bool stream = run.found_jobs && !round.full;
+        // unless jobs stream in: this round took more than one job, the one before found jobs
+        // too, and nothing was left waiting. Then claiming at once takes a few jobs a round
+        // trip, and the claims' CPU comes off the producers' (on a small machine, a claim's
+        // fixed cost per job doubles the leader's CPU): waiting claim_gather lets the next claim
+        // take what arrived meanwhile, for at most that much more waiting per job. The first
+        // claim after a wake-up never waits, nor do jobs that come one at a time (a chain of
+        // jobs, each enqueuing the next).
+        const bool stream = run.found_jobs && round.jobs > 1 && !round.more_waiting;
         run.found_jobs = true;
         if (stream) gather(run);
         continue;
@@ -698,6 +713,7 @@ bool Poller::loop(Run& run, std::atomic<bool>& in_job) {
               config_.lock_timeout.count());
         }
         run.skip_locked_until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+        run.found_jobs = false;
         continue;
       }
       if (claim_wanted > 0) claim_was_cut(run, claim_wanted, statement_timed_out(e));

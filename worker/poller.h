@@ -11,10 +11,10 @@
 // only then sleeps; it drops them once a claim finds work. A producer that holds a key shared
 // (it did not notify) keeps the poller from taking it until its transaction ends; meanwhile the
 // poller polls, every 1 ms at first and every 50 ms (or the poll interval, if shorter) at most.
-// While jobs stream in (two rounds in a row found jobs, and no claim came back full), the
-// next claim waits claim_gather, so that one claim takes what arrived meanwhile rather than a
-// few jobs per round trip; the first claim after a wake-up, and the claim after a full one,
-// never wait.
+// While jobs stream in (two rounds in a row found jobs, the second more than one, and no claim
+// came back full or held short by a limit or by ordered partitions), the next claim waits
+// claim_gather, so that one claim takes what arrived meanwhile rather than a few jobs per round
+// trip. The first claim after a wake-up never waits, nor the claim after a full one.
 // With shards, a node runs one poller per shard it leads, each with its own wake keys ("#<shard>"
 // appended for shards above 0), all feeding the node's one executor.
 // Two threads take turns claiming. Woken from sleep by an enqueue, the one claiming keeps the
@@ -71,8 +71,8 @@ struct PollerConfig {
   bool cluster_limits = false;
   int batch_size = 1000;
   Millis poll_interval{1000};
-  // While jobs stream in (two rounds in a row found jobs, and none came back full), the next claim
-  // waits this long, so that it takes what arrived meanwhile. 0: it claims again at once.
+  // While jobs stream in (see above), the next claim waits this long, so that it takes what
+  // arrived meanwhile. 0: it claims again at once.
   Millis claim_gather{5};
   // A claim that waits this long for a row another transaction holds gives up, and the claims
   // of the next minute skip held rows (a row lock each) instead of waiting.
@@ -183,9 +183,9 @@ class Poller {
     std::chrono::steady_clock::time_point cancel_warned{};   // last "claim was cancelled" warning
   };
   struct Round {
-    int jobs = 0;       // claimed
-    bool room = false;  // some claim was tried (a thread or buffer place was free)
-    bool full = false;  // some claim took all it asked for (more may be waiting)
+    int jobs = 0;               // claimed
+    bool room = false;          // some claim was tried (a thread or buffer place was free)
+    bool more_waiting = false;  // some claim took all it asked for, or was held short
   };
 
   // One claiming thread: takes its turns until the claiming ends.

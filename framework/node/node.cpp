@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -431,7 +432,7 @@ void Node::run() {
                .queue_limits = c.queue_concurrency,
                .batch_size = c.batch_size,
                .poll_interval = c.poll_interval,
-               .claim_gather = c.claim_gather,
+               .claim_gather = std::min(c.claim_gather, c.poll_interval),
                .claim_time = 3 * c.local_lease()};
   wc.executor = {.connect = s.connect_options(false),
                  .pooled = !c.election_database_url.empty(),

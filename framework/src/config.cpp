@@ -242,8 +242,8 @@ void NodeConfig::validate() {
     }
   }
   require_positive("poll-interval", poll_interval);
-  if (claim_gather.count() < 0 || claim_gather > std::min(poll_interval, Millis(100))) {
-    fail("claim-gather", "must be 0ms..100ms and at most poll-interval, got " +
+  if (claim_gather.count() < 0 || claim_gather > Millis(100)) {
+    fail("claim-gather", "must be 0ms..100ms (0ms: claim again at once), got " +
                              std::to_string(claim_gather.count()) + "ms");
   }
   require_positive("history-retention", history_retention);

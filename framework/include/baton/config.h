@@ -67,10 +67,12 @@ struct NodeConfig {
   int batch_size = 1000;
   // How often the leader polls when no NOTIFY arrives.
   Millis poll_interval{1000};
-  // While jobs stream in one after another (two claims in a row found jobs, and neither took all
-  // it could), the leader waits this long before its next claim, so that one claim takes what
-  // arrived meanwhile: fewer, fuller claims, for at most this much more waiting per job under
-  // such a stream. The first claim after the leader wakes never waits. 0: claim again at once.
+  // While jobs stream in (two rounds of claims in a row found jobs, the second more than one, and
+  // no claim of the round took all it asked for), the leader waits this long before its next
+  // claim, so that one claim takes what arrived meanwhile: fewer, fuller claims, for at most this
+  // much more waiting per job under such a stream. The first claim after the leader wakes never
+  // waits. 0: claim again at once. At most 100 ms; a gather longer than poll_interval is cut to
+  // it.
   Millis claim_gather{5};
 
   // Election (leader/): the lock row is (lock_key, region).
