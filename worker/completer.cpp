@@ -149,8 +149,15 @@ void Completer::loop() {
     lock.unlock();
     bool ok = true;
     const auto began = std::chrono::steady_clock::now();
+    // Ends a job of an ordered partition, or of a queue limited across the cluster: once written,
+    // another job is claimable.
+    const bool frees_claim =
+        std::any_of(done.begin(), done.end(), [](const auto& c) { return c.frees_claim; }) ||
+        std::any_of(failed.begin(), failed.end(),
+                    [](const auto& f) { return f.frees_claim && f.dead; });
     try {
       write(done, failed, released);
+      if (frees_claim && claim_freed_) claim_freed_();
       if (reported) spdlog::info("completer: database reachable again");
       reported = false;
       backoff.reset();

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -39,6 +40,10 @@ class Completer {
   ~Completer();
   Completer(const Completer&) = delete;
   Completer& operator=(const Completer&) = delete;
+
+  // Before start(): called after a write that ended a job whose end lets another be claimed
+  // (detail::Completion::frees_claim), by a completion or a failure that made it dead.
+  void on_claim_freed(std::function<void()> freed) { claim_freed_ = std::move(freed); }
 
   void start();
   // Writes what is pending (retrying for up to `deadline`), then stops the thread.
@@ -83,6 +88,7 @@ class Completer {
 
   const detail::ConnectOptions connect_;
   detail::JobObserver* const observer_;
+  std::function<void()> claim_freed_;
   std::unique_ptr<pqxx::connection> conn_;
   // The last write whose COMMIT lost its answer: its transaction, and the claims (job id, token)
   // of the outcomes it carried. The completer thread's alone.

@@ -466,6 +466,11 @@ bool Executor::wait_idle(Millis timeout) {
   return idle_cv_.wait_for(lock, timeout, [this] { return busy_.load() == 0; });
 }
 
+void Executor::wake_poller() {
+  std::lock_guard lock(slot_free_mutex_);
+  if (on_slot_free_) on_slot_free_();
+}
+
 void Executor::detach_slot_free() {
   std::lock_guard lock(slot_free_mutex_);
   on_slot_free_ = nullptr;
@@ -634,8 +639,8 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
   run_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   if (error.empty()) {
-    completer_.add(
-        detail::Completion{job.id, job.epoch, claimed.token, run_seconds, job.queue, job.type});
+    completer_.add(detail::Completion{job.id, job.epoch, claimed.token, run_seconds, job.queue,
+                                      job.type, claimed.partitioned || claimed.cluster_limited});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
                               claimed.since_enqueue_seconds + run_seconds);
@@ -648,6 +653,7 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
   if (dead_reason.empty() && exhausted) dead_reason = "exhausted";
   detail::Failure f{job.id,      job.epoch, claimed.token, job.attempt, error, !dead_reason.empty(),
                     dead_reason, 0,         job.queue,     job.type};
+  f.frees_claim = claimed.partitioned || claimed.cluster_limited;
   if (!f.dead) {
     const auto& policy = entry->retry ? *entry->retry : config_.retry;
     // RetryIn takes any duration; the database takes up to the longest delay an enqueue may ask.

@@ -202,6 +202,30 @@ TEST_F(ShardsInProcess, EpochsStayUniqueAcrossShardsWhenARowIsAheadOfTheSequence
   EXPECT_EQ(count("SELECT count(DISTINCT epoch) FROM locks"), 4);
 }
 
+TEST_F(ShardsInProcess, AQueueLimitedAcrossTheClusterGoesOnAsItsJobsEndWithoutTheGather) {
+  // With shards a queue's limit is kept across the cluster: a claim takes only the places that
+  // no lane's running jobs hold, so it comes back short while a backlog waits, and a place is
+  // free again only once its job's end is written. The completer must wake the sleeping leader
+  // then (its poll is a minute here), and the next claim must not wait for the gather (100 ms).
+  auto c = config("n1");
+  c.shards = 2;
+  c.threads = 4;
+  c.poll_interval = std::chrono::minutes(1);
+  c.claim_gather = 100ms;
+  c.queue_concurrency = {{"default", 2}};
+  Client(database_url(), schema_).enqueue_copies("noop", {}, 200);
+  RunningNode n(c, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 200; }, 30s))
+      << count("SELECT count(*) FROM job_history") << " of 200 jobs ran; " << n.error();
+  const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
+  const auto spread_ms = count(
+      "SELECT (extract(epoch FROM max(started_at) - min(started_at)) * 1000)::bigint "
+      "FROM job_history");
+  ASSERT_GE(claims, 100);
+  EXPECT_LT(spread_ms, 25 * (claims - 1))
+      << claims << " claims took " << spread_ms << " ms from the first to the last";
+}
+
 TEST_F(ShardsInProcess, TheEndOfAJobOneShardsClaimingThreadRanLetsAnotherShardsJobStart) {
   // One node leads two shards on two threads. Each lane's claiming thread runs the job that
   // woke it: a long one on shard 1, then a short one on shard 0, which fill both places. Shard

@@ -360,6 +360,34 @@ TEST_F(Worker, ABacklogIsClaimedBackToBackWithoutTheGather) {
       << claims << " claims took " << spread_ms << " ms from the first to the last";
 }
 
+TEST_F(Worker, OrderedPartitionsGoOnAsTheirJobsEndWithoutTheGather) {
+  // An ordered partition runs one job at a time, so claims of partitioned jobs come back short
+  // while the rest of each partition waits: the next claim must not wait for the gather.
+  // Eight partitions of 40 jobs, gathered for 100 ms a claim, would take seconds. (Keys that
+  // share a partition run in turn: the test needs more than one partition, not all eight.)
+  Client client(database_url(), schema_);
+  client.declare_ordered_queue("default", 64);
+  EnqueueOptions in;
+  for (int i = 0; i < 40; ++i) {
+    for (int p = 0; p < 8; ++p) {
+      in.partition_key = "p" + std::to_string(p);
+      client.enqueue("noop", {{"i", i}}, in);
+    }
+  }
+  const auto n = sleepy_noop_leader(0, 100ms);
+  // Each partition's next job is claimable once the one before is written off: the completer
+  // wakes the leader then, or it would wait for its poll (a minute here).
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 320; }, 30s))
+      << count("SELECT count(*) FROM job_history") << " of 320 jobs ran";
+  const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
+  const auto spread_ms = count(
+      "SELECT (extract(epoch FROM max(started_at) - min(started_at)) * 1000)::bigint "
+      "FROM job_history");
+  ASSERT_GE(claims, 40);
+  EXPECT_LT(spread_ms, 25 * (claims - 1))
+      << claims << " claims took " << spread_ms << " ms from the first to the last";
+}
+
 TEST_F(Worker, AJobAfterAQuietSpellIsNotHeldBackByTheGather) {
   // The gather is for streams (two claims in a row found jobs). Jobs enqueued one at a time, a
   // few milliseconds after the one before ran, each find the leader asleep and start at once:

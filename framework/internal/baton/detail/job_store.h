@@ -75,6 +75,8 @@ struct ClaimedJob {
   std::int64_t claimed_at_us = 0;  // the claim's transaction time, database clock, µs since 1970
   ClaimKey key{};                  // its place in claim order
   bool partitioned = false;        // in an ordered partition: its end lets the next one run
+  // Of a queue whose limit is kept across the cluster (shards): its end frees a place in it.
+  bool cluster_limited = false;
 };
 
 // Claims up to `limit` available, due jobs that `filter` admits (and not of paused queues) for
@@ -140,6 +142,9 @@ struct Completion {
   double run_seconds;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
+  // In an ordered partition, or of a queue limited across the cluster: once it is written,
+  // another job may be claimed.
+  bool frees_claim = false;
 };
 struct Failure {
   std::int64_t id;
@@ -152,6 +157,7 @@ struct Failure {
   std::int64_t retry_delay_ms;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
+  bool frees_claim = false;  // as for Completion, once the job is dead
 };
 
 // A claimed job that never started (leadership ended, or the node is shutting down): back to
