@@ -149,15 +149,14 @@ void Completer::loop() {
     lock.unlock();
     bool ok = true;
     const auto began = std::chrono::steady_clock::now();
-    // Ends a job of an ordered partition, or of a queue limited across the cluster: once written,
-    // another job is claimable.
-    const bool frees_claim =
-        std::any_of(done.begin(), done.end(), [](const auto& c) { return c.frees_claim; }) ||
-        std::any_of(failed.begin(), failed.end(),
-                    [](const auto& f) { return f.frees_claim && f.dead; });
+    // An outcome of a job of an ordered partition, or of a queue limited across the cluster: once
+    // written, another job may be claimable (a spare wake costs one claim).
+    const auto frees = [](const auto& o) { return o.frees_claim; };
+    const bool frees_claim = std::any_of(done.begin(), done.end(), frees) ||
+                             std::any_of(failed.begin(), failed.end(), frees) ||
+                             std::any_of(released.begin(), released.end(), frees);
     try {
       write(done, failed, released);
-      if (frees_claim && claim_freed_) claim_freed_();
       if (reported) spdlog::info("completer: database reachable again");
       reported = false;
       backoff.reset();
@@ -179,6 +178,7 @@ void Completer::loop() {
         reported = true;
       }
     }
+    if (ok && frees_claim && claim_freed_) claim_freed_();
     lock.lock();
     if (ok) {
       in_flight_ = 0;

@@ -41,8 +41,8 @@ class Completer {
   Completer(const Completer&) = delete;
   Completer& operator=(const Completer&) = delete;
 
-  // Before start(): called after a write that ended a job whose end lets another be claimed
-  // (detail::Completion::frees_claim), by a completion or a failure that made it dead.
+  // Before start(): called after a write that carried an outcome whose job's end lets another
+  // be claimed (detail::Completion::frees_claim).
   void on_claim_freed(std::function<void()> freed) { claim_freed_ = std::move(freed); }
 
   void start();

@@ -48,9 +48,13 @@ Consumer::Consumer(ConsumerConfig config, const detail::HandlerRegistry& handler
   if (static_cast<int>(leases_.size()) != config.shards || config.shards < 1) {
     throw std::logic_error("Consumer: one lease per shard");
   }
-  // A sleeping leader would claim an ordered partition's next job, or a job a cluster-wide limit
-  // held back, only at its poll: wake it.
-  completer_.on_claim_freed([this] { executor_.wake_poller(); });
+  // A sleeping (or gathering) leader would claim an ordered partition's next job, or a job a
+  // cluster-wide limit held back, only at its poll: wake it. (The completer is stopped in
+  // shutdown(), before the lanes go.)
+  completer_.on_claim_freed([this] {
+    for (auto& lane : lanes_)
+      lane.poller->claim_freed();
+  });
   lanes_.resize(static_cast<std::size_t>(config.shards));
   for (int k = 0; k < config.shards; ++k) {
     auto& lane = lanes_[static_cast<std::size_t>(k)];

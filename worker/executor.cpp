@@ -420,7 +420,8 @@ void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller, bool rel
       mean_cpu_share_.store(was == 0 ? share : was + (share - was) / 8, std::memory_order_relaxed);
     }
   } else {
-    completer_.add(detail::Release{claimed.job.id, epoch, claimed.token});
+    completer_.add(detail::Release{claimed.job.id, epoch, claimed.token,
+                                   claimed.partitioned || claimed.cluster_limited});
   }
   {
     std::lock_guard lock(runs_mutex_);
@@ -464,11 +465,6 @@ bool Executor::wait_epoch_idle(std::int64_t epoch, Millis timeout) {
 bool Executor::wait_idle(Millis timeout) {
   std::unique_lock lock(idle_mutex_);
   return idle_cv_.wait_for(lock, timeout, [this] { return busy_.load() == 0; });
-}
-
-void Executor::wake_poller() {
-  std::lock_guard lock(slot_free_mutex_);
-  if (on_slot_free_) on_slot_free_();
 }
 
 void Executor::detach_slot_free() {
@@ -594,14 +590,15 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
     // The claim takes only the types this node handles, so this is a node whose registry
     // changed under it: leave the job for a node that knows it.
     spdlog::error("no handler for job={} type={} on this node: released", job.id, job.type);
-    completer_.add(detail::Release{job.id, job.epoch, claimed.token});
+    completer_.add(detail::Release{job.id, job.epoch, claimed.token,
+                                   claimed.partitioned || claimed.cluster_limited});
     return;
   }
   if (run.cancel_asked.load()) {
     // Cancelled between its claim and its start: it never runs.
     completer_.add(detail::Failure{job.id, job.epoch, claimed.token, job.attempt,
-                                   "cancelled before it started", false, "", 0, job.queue,
-                                   job.type});
+                                   "cancelled before it started", false, "", 0, job.queue, job.type,
+                                   claimed.partitioned || claimed.cluster_limited});
     return;
   }
   try {

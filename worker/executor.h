@@ -129,9 +129,6 @@ class Executor {
   bool wait_epoch_idle(std::int64_t epoch, Millis timeout);
   // No more slot-freed callbacks after this returns (the poller they wake is going away).
   void detach_slot_free();
-  // Calls the slot-freed callback, as a freed place does: for the completer, once it has written
-  // off a job whose end lets another be claimed (detail::Completion::frees_claim).
-  void wake_poller();
 
  private:
   // Cancellation of every run of one epoch: its flag, and the database calls of its

@@ -311,6 +311,11 @@ void Poller::wake() {
   waker_.wake();
 }
 
+void Poller::claim_freed() {
+  claim_freed_.store(true);
+  waker_.wake();
+}
+
 void Poller::wait(Run& run, Millis timeout) {
   // A cut session not yet settled is looked at again soon.
   if (!run.gaps.empty()) timeout = std::min(timeout, Millis(25));
@@ -323,10 +328,11 @@ void Poller::gather(Run& run) {
   run.conn->get_notifs();
   pass_cancels(run);
   const auto until = std::chrono::steady_clock::now() + config_.claim_gather;
-  // Only a stop ends it early. The executor's wakes (a job ended, places freed) do not: a stream
-  // lacks jobs, not room, and every job's end would cut the gather short. Each turn ends at a
-  // wake, a notification or the end; the count only bounds a socket that is always readable.
-  for (int i = 0; i < 100'000 && !run.stopping.load(); ++i) {
+  // Only a stop, or a written end that lets another job be claimed (claim_freed()), ends it
+  // early. The executor's wakes (a job ended, places freed) do not: a stream lacks jobs, not
+  // room, and every job's end would cut the gather short. Each turn ends at a wake, a
+  // notification or the end; the count only bounds a socket that is always readable.
+  for (int i = 0; i < 100'000 && !run.stopping.load() && !claim_freed_.load(); ++i) {
     const auto left = until - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero()) break;
     wait(run, std::chrono::ceil<Millis>(left));
@@ -353,11 +359,16 @@ int Poller::buffer_size() const {
 Poller::Round Poller::claim_round(Run& run) {
   const auto epoch = run.epoch;
   Round round;
+  // This round's claims see whatever a written end freed before it.
+  claim_freed_.store(false);
   // Each kind of claim starts after the last job it claimed while its claims come back full
   // (worker/claim_cursor.h): `kind` is the limited queue it claims, or "" for the rest.
   auto claim = [&](const std::string& kind, int want, const std::vector<std::string>& queues,
                    const std::vector<std::string>& except, int cluster_limit = 0) {
     if (run.claim_cap > 0) want = std::min(want, run.claim_cap);
+    // A limited queue at its limit: its jobs wait for a place, which its running jobs' ends free
+    // (the executor wakes this poller then), so no gather may hold the next claim back.
+    if (want <= 0 && !kind.empty()) round.more_waiting = true;
     if (want <= 0 || run.stopping.load() || !lease_.valid(epoch)) return;
     auto& cursor = run.cursors[kind];
     const auto start = std::chrono::steady_clock::now();
@@ -403,8 +414,9 @@ Poller::Round Poller::claim_round(Run& run) {
     round.jobs += static_cast<int>(jobs.size());
     // More may be waiting after a claim that took all it asked for, and after one that something
     // other than the queue's depth kept short: a shard's share of a limited queue (claim_jobs
-    // cuts it to the cluster's free slots), or ordered partitions (one job of each at a time).
-    if (static_cast<int>(jobs.size()) == want || (cluster_limit > 0 && !jobs.empty()) ||
+    // cuts it to the cluster's free slots, to none at all while other lanes hold them), or
+    // ordered partitions (one job of each at a time).
+    if (static_cast<int>(jobs.size()) == want || cluster_limit > 0 ||
         std::any_of(jobs.begin(), jobs.end(), [](const auto& j) { return j.partitioned; })) {
       round.more_waiting = true;
     }

@@ -110,6 +110,9 @@ class Poller {
   // Waits for the claiming thread to end (after stop()).
   void join();
   void wake();
+  // A job's end was written that lets another be claimed (an ordered partition's, a job of a
+  // queue limited across the cluster): wakes the poller, and ends a gather.
+  void claim_freed();
 
  private:
   // One epoch's claiming: its own connection, so that a thread still finishing (cut off) never
@@ -240,6 +243,7 @@ class Poller {
   int carried_claim_cap_ = 0;
   std::vector<Gap> carried_gaps_;
   detail::Waker waker_;
+  std::atomic<bool> claim_freed_{false};  // set by claim_freed(), cleared as a round begins
   // A claiming thread, and whether it runs a kept job now.
   struct Thread {
     std::thread thread;

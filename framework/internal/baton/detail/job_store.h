@@ -157,7 +157,7 @@ struct Failure {
   std::int64_t retry_delay_ms;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
-  bool frees_claim = false;  // as for Completion, once the job is dead
+  bool frees_claim = false;  // as for Completion
 };
 
 // A claimed job that never started (leadership ended, or the node is shutting down): back to
@@ -166,6 +166,7 @@ struct Release {
   std::int64_t id;
   std::int64_t epoch;
   std::int64_t token;
+  bool frees_claim = false;  // as for Completion
 };
 
 // Completes one job inside the caller's transaction (transactional handlers). False when the job
