@@ -412,14 +412,11 @@ Poller::Round Poller::claim_round(Run& run) {
     }
     round.room = true;
     round.jobs += static_cast<int>(jobs.size());
-    // More may be waiting after a claim that took all it asked for, and after one that something
-    // other than the queue's depth kept short: a shard's share of a limited queue (claim_jobs
-    // cuts it to the cluster's free slots, to none at all while other lanes hold them), or
-    // ordered partitions (one job of each at a time).
-    if (static_cast<int>(jobs.size()) == want || cluster_limit > 0 ||
-        std::any_of(jobs.begin(), jobs.end(), [](const auto& j) { return j.partitioned; })) {
-      round.more_waiting = true;
-    }
+    // More may be waiting after a claim that took all it asked for, and after a shard's share of
+    // a limited queue (claim_jobs cuts it to the cluster's free places, to none while other
+    // lanes hold them): a place another node frees wakes no one here. (Ordered partitions need
+    // no such rule: their ends are written here, and claim_freed() ends the gather.)
+    if (static_cast<int>(jobs.size()) == want || cluster_limit > 0) round.more_waiting = true;
     // Woken from sleep (holding the wake keys): this thread runs the first job itself, after
     // handing the turn over (see poller.h).
     const bool keep =

@@ -12,9 +12,10 @@
 // (it did not notify) keeps the poller from taking it until its transaction ends; meanwhile the
 // poller polls, every 1 ms at first and every 50 ms (or the poll interval, if shorter) at most.
 // While jobs stream in (two rounds in a row found jobs, the second more than one, and no claim
-// came back full or held short by a limit or by ordered partitions), the next claim waits
-// claim_gather, so that one claim takes what arrived meanwhile rather than a few jobs per round
-// trip. The first claim after a wake-up never waits, nor the claim after a full one.
+// came back full, held short by a limit kept across shards, or skipped at its queue's limit),
+// the next claim waits claim_gather, so that one claim takes what arrived meanwhile rather than
+// a few jobs per round trip. The first claim after a wake-up never waits, nor the claim after a
+// full one; a written end that frees a claim (an ordered partition's) ends a gather.
 // With shards, a node runs one poller per shard it leads, each with its own wake keys ("#<shard>"
 // appended for shards above 0), all feeding the node's one executor.
 // Two threads take turns claiming. Woken from sleep by an enqueue, the one claiming keeps the
