@@ -91,6 +91,55 @@ TEST_F(SqlApi, BadArgumentsRaiseDocumentedSqlstatesWithTheFix) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "a refused enqueue inserts nothing";
 }
 
+TEST_F(SqlApi, AJobWithoutKeysGetsTheSameRowAndLimitsAsAJobWithOne) {
+  // enqueue takes a job with no partition or idempotency key, whose checks pass, by a shorter
+  // path (migration 0017). Beside each such job goes one with an idempotency key, the rest the
+  // same, through the full path: both rows must match but for the key, on every limit and NULL.
+  const char* cases[] = {
+      "'{\"a\": 1}', 7, '2030-01-02 03:04:05+00', 3, NULL, ",
+      "NULL, NULL, NULL, NULL, NULL, ",
+      "'[]', -32768, now() + interval '1 day', 1, NULL, ",
+      "'\"s\"', 32767, NULL, 1000, NULL, ",
+  };
+  const char* timeouts[] = {"1500", "NULL", "0", "2000000000"};
+  const std::string columns =
+      "(queue, type, payload, priority, run_at, max_attempts, timeout_ms, shard, partition, "
+      "partition_key, state, attempts, claims, errors, created_at)::text";
+  for (int i = 0; i < 4; ++i) {
+    const std::string rest = std::string(cases[i]);
+    pqxx::work tx(*db_);  // one transaction: now() is the same for both
+    const auto ids = tx.exec("SELECT enqueue('q', 't', " + rest + "NULL, " + timeouts[i] +
+                             "), enqueue('q', 't', " + rest + "'key-" + std::to_string(i) + "', " +
+                             timeouts[i] + ")")[0];
+    const auto row = [&](int keyed) {
+      const auto found = tx.exec_params("SELECT " + columns + " FROM jobs WHERE id = $1 AND " +
+                                            "idempotency_key IS " + (keyed ? "NOT NULL" : "NULL"),
+                                        ids[keyed].as<long long>());
+      return found.empty() ? std::string("missing") : found[0][0].as<std::string>();
+    };
+    const std::string common = row(0);
+    EXPECT_EQ(common, row(1)) << cases[i] << timeouts[i];
+    EXPECT_NE(common, "missing") << cases[i] << timeouts[i];
+    tx.commit();
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE timeout_ms IS NULL"), 4)
+      << "0 and NULL are no timeout";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE priority = 0 AND max_attempts = 10 AND "
+                  "payload = '{}'"),
+            2)
+      << "NULLs take the defaults";
+  // The payload limit, on it and one byte past it, without keys.
+  pqxx::nontransaction(*db_).exec(
+      "UPDATE settings SET value = '64' WHERE key = 'max_payload_bytes'");
+  const std::string on_limit = "jsonb_build_object('s', repeat('x', 55))";  // {"s": "x…"}: 64
+  EXPECT_GT(count("SELECT enqueue('q', 't', " + on_limit + ")"), 0);
+  auto [state, message] =
+      error_of("SELECT enqueue('q', 't', jsonb_build_object('s', repeat('x', 56)))");
+  EXPECT_EQ(state, "BT002") << message;
+  EXPECT_NE(message.find("payload is 65 bytes; the limit is 64 bytes"), std::string::npos)
+      << message;
+}
+
 TEST_F(SqlApi, ASettingsChangeReachesSessionsThatAlreadyEnqueuedAndABadValueIsRefused) {
   // enqueue reads the payload limit as a constant that a trigger on settings rewrites: a
   // producer's session with the old plan cached must see every change at its next call.
