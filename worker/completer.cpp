@@ -32,6 +32,10 @@ constexpr auto kWriteDeadline = std::chrono::seconds(30);
 // How long the outcomes of a write whose COMMIT lost its answer wait for the server to end that
 // transaction before they are sent again.
 constexpr auto kWriteDoubtWait = std::chrono::seconds(60);
+// One notification a queue on the jobs channel, as a producer's enqueue sends: every sleeping
+// poller on it wakes and claims. $1 channel, $2 queues.
+constexpr const char* kWakeSql =
+    "SELECT count(pg_catalog.pg_notify($1, q)) FROM pg_catalog.unnest($2::text[]) q";
 
 }  // namespace
 
@@ -92,7 +96,7 @@ void Completer::add(detail::Failure failed) {
 void Completer::add(detail::Release released) {
   {
     std::lock_guard lock(mutex_);
-    released_.push_back(released);
+    released_.push_back(std::move(released));
     order_.push_back(Kind::released);
     ++added_;
     if (observer_ != nullptr) observer_->completer_pending(queued() + in_flight_);
@@ -155,6 +159,19 @@ void Completer::loop() {
     const bool frees_claim = std::any_of(done.begin(), done.end(), frees) ||
                              std::any_of(failed.begin(), failed.end(), frees) ||
                              std::any_of(released.begin(), released.end(), frees);
+    // Of a queue limited across the cluster, the place may be taken on another node, whose
+    // leaders of its other shards may sleep until their poll: the queues to wake them for.
+    std::vector<std::string> limited;
+    const auto note = [&limited](const auto& outcomes) {
+      for (const auto& o : outcomes) {
+        if (o.cluster_limited &&
+            std::find(limited.begin(), limited.end(), o.queue) == limited.end())
+          limited.push_back(o.queue);
+      }
+    };
+    note(done);
+    note(failed);
+    note(released);
     try {
       write(done, failed, released);
       if (reported) spdlog::info("completer: database reachable again");
@@ -179,6 +196,7 @@ void Completer::loop() {
       }
     }
     if (ok && frees_claim && claim_freed_) claim_freed_();
+    if (ok && !limited.empty()) wake_other_nodes(limited);
     lock.lock();
     if (ok) {
       in_flight_ = 0;
@@ -231,6 +249,23 @@ void Completer::take(std::size_t n, std::vector<detail::Completion>& done,
   move_front(done_, done, of[static_cast<std::size_t>(Kind::done)]);
   move_front(failed_, failed, of[static_cast<std::size_t>(Kind::failed)]);
   move_front(released_, released, of[static_cast<std::size_t>(Kind::released)]);
+}
+
+void Completer::wake_other_nodes(const std::vector<std::string>& queues) {
+  // After the write's commit, so a woken claim sees the place free. Best effort: a node that
+  // misses it claims at its next poll, as before this wake existed.
+  try {
+    if (!conn_) conn_ = detail::connect(connect_, detail::owner_of(this));
+    auto armed = detail::CallWatch::instance().arm(*conn_, kWriteDeadline, detail::owner_of(this));
+    pqxx::nontransaction tx(*conn_);
+    tx.exec_params(kWakeSql, detail::jobs_channel(connect_.schema), detail::text_array(queues));
+  } catch (const std::exception& e) {
+    conn_.reset();
+    spdlog::warn(
+        "completer: could not wake the other nodes for queue(s) limited across the cluster ({}); "
+        "they claim the freed places at their next poll",
+        detail::failure_text(e));
+  }
 }
 
 void Completer::write(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,

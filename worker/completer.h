@@ -85,6 +85,8 @@ class Completer {
   void resolve_doubt(std::vector<detail::Completion>& done, std::vector<detail::Failure>& failed,
                      std::vector<detail::Release>& released);
   std::size_t queued() const { return done_.size() + failed_.size() + released_.size(); }
+  // Notifies the jobs channel for each queue, after a write that freed places in them.
+  void wake_other_nodes(const std::vector<std::string>& queues);
 
   const detail::ConnectOptions connect_;
   detail::JobObserver* const observer_;

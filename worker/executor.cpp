@@ -421,7 +421,8 @@ void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller, bool rel
     }
   } else {
     completer_.add(detail::Release{claimed.job.id, epoch, claimed.token,
-                                   claimed.partitioned || claimed.cluster_limited});
+                                   claimed.partitioned || claimed.cluster_limited,
+                                   claimed.job.queue, claimed.cluster_limited});
   }
   {
     std::lock_guard lock(runs_mutex_);
@@ -591,14 +592,16 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
     // changed under it: leave the job for a node that knows it.
     spdlog::error("no handler for job={} type={} on this node: released", job.id, job.type);
     completer_.add(detail::Release{job.id, job.epoch, claimed.token,
-                                   claimed.partitioned || claimed.cluster_limited});
+                                   claimed.partitioned || claimed.cluster_limited, job.queue,
+                                   claimed.cluster_limited});
     return;
   }
   if (run.cancel_asked.load()) {
     // Cancelled between its claim and its start: it never runs.
     completer_.add(detail::Failure{job.id, job.epoch, claimed.token, job.attempt,
                                    "cancelled before it started", false, "", 0, job.queue, job.type,
-                                   claimed.partitioned || claimed.cluster_limited});
+                                   claimed.partitioned || claimed.cluster_limited,
+                                   claimed.cluster_limited});
     return;
   }
   try {
@@ -637,7 +640,8 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
 
   if (error.empty()) {
     completer_.add(detail::Completion{job.id, job.epoch, claimed.token, run_seconds, job.queue,
-                                      job.type, claimed.partitioned || claimed.cluster_limited});
+                                      job.type, claimed.partitioned || claimed.cluster_limited,
+                                      claimed.cluster_limited});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
                               claimed.since_enqueue_seconds + run_seconds);
@@ -651,6 +655,7 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
   detail::Failure f{job.id,      job.epoch, claimed.token, job.attempt, error, !dead_reason.empty(),
                     dead_reason, 0,         job.queue,     job.type};
   f.frees_claim = claimed.partitioned || claimed.cluster_limited;
+  f.cluster_limited = claimed.cluster_limited;
   if (!f.dead) {
     const auto& policy = entry->retry ? *entry->retry : config_.retry;
     // RetryIn takes any duration; the database takes up to the longest delay an enqueue may ask.

@@ -228,6 +228,34 @@ TEST_F(ShardsInProcess, AQueueLimitedAcrossTheClusterGoesOnAsItsJobsEndWithoutTh
   EXPECT_LE(late * 10, claims) << late << " of " << claims << " claims came after a gather";
 }
 
+TEST_F(ShardsInProcess, AJobEndingOnOneNodeWakesTheOtherNodesLeaderOfItsLimitedQueue) {
+  // One running job at a time across the cluster, its jobs on both shards, each shard led by
+  // another node that polls once a minute. The node that lost the race for the place sleeps;
+  // only the end written on the other node frees it, so that node's completer must wake it (a
+  // NOTIFY, as an enqueue sends). Otherwise its shard's jobs wait for its poll.
+  auto make = [&](const std::string& id) {
+    auto c = config(id);
+    c.shards = 2;
+    c.threads = 2;
+    c.poll_interval = std::chrono::minutes(1);
+    c.queue_concurrency = {{"default", 1}};
+    return c;
+  };
+  auto setup = [](Node& node) {
+    node.handle("nap", [](JobContext&) { std::this_thread::sleep_for(20ms); });
+  };
+  RunningNode n1(make("n1"), setup);
+  ASSERT_TRUE(shares_become({{"n1", 2}})) << n1.error();
+  RunningNode n2(make("n2"), setup);
+  ASSERT_TRUE(shares_become({{"n1", 1}, {"n2", 1}})) << n1.error() << n2.error();
+  Client(database_url(), schema_).enqueue_copies("nap", {}, 40);
+  ASSERT_EQ(count("SELECT count(DISTINCT shard) FROM jobs"), 2);
+  EXPECT_TRUE(wait_count("SELECT count(*) FROM job_history", 40, 20s))
+      << count("SELECT count(*) FROM job_history") << " of 40 jobs ran; " << n1.error()
+      << n2.error();
+  EXPECT_EQ(count("SELECT count(DISTINCT node) FROM job_history"), 2);
+}
+
 TEST_F(ShardsInProcess, TheEndOfAJobOneShardsClaimingThreadRanLetsAnotherShardsJobStart) {
   // One node leads two shards on two threads. Each lane's claiming thread runs the job that
   // woke it: a long one on shard 1, then a short one on shard 0, which fill both places. Shard

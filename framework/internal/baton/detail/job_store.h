@@ -145,6 +145,9 @@ struct Completion {
   // In an ordered partition, or of a queue limited across the cluster: once it is written,
   // another job may be claimed.
   bool frees_claim = false;
+  // Of a queue limited across the cluster: the place it frees may be taken on another node,
+  // which the completer wakes once it is written.
+  bool cluster_limited = false;
 };
 struct Failure {
   std::int64_t id;
@@ -157,7 +160,8 @@ struct Failure {
   std::int64_t retry_delay_ms;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
-  bool frees_claim = false;  // as for Completion
+  bool frees_claim = false;      // as for Completion
+  bool cluster_limited = false;  // as for Completion
 };
 
 // A claimed job that never started (leadership ended, or the node is shutting down): back to
@@ -166,7 +170,9 @@ struct Release {
   std::int64_t id;
   std::int64_t epoch;
   std::int64_t token;
-  bool frees_claim = false;  // as for Completion
+  bool frees_claim = false;      // as for Completion
+  std::string queue{};           // for cluster_limited
+  bool cluster_limited = false;  // as for Completion
 };
 
 // Completes one job inside the caller's transaction (transactional handlers). False when the job
