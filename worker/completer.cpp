@@ -32,10 +32,6 @@ constexpr auto kWriteDeadline = std::chrono::seconds(30);
 // How long the outcomes of a write whose COMMIT lost its answer wait for the server to end that
 // transaction before they are sent again.
 constexpr auto kWriteDoubtWait = std::chrono::seconds(60);
-// One notification a queue on the jobs channel, as a producer's enqueue sends: every sleeping
-// poller on it wakes and claims. $1 channel, $2 queues.
-constexpr const char* kWakeSql =
-    "SELECT count(pg_catalog.pg_notify($1, q)) FROM pg_catalog.unnest($2::text[]) q";
 
 }  // namespace
 
@@ -252,13 +248,14 @@ void Completer::take(std::size_t n, std::vector<detail::Completion>& done,
 }
 
 void Completer::wake_other_nodes(const std::vector<std::string>& queues) {
-  // After the write's commit, so a woken claim sees the place free. Best effort: a node that
-  // misses it claims at its next poll, as before this wake existed.
+  // After the write's commit, so a woken claim sees the place free; only where a leader may be
+  // asleep. Best effort: a node that misses it claims at its next poll, as before this wake
+  // existed.
   try {
     if (!conn_) conn_ = detail::connect(connect_, detail::owner_of(this));
     auto armed = detail::CallWatch::instance().arm(*conn_, kWriteDeadline, detail::owner_of(this));
     pqxx::nontransaction tx(*conn_);
-    tx.exec_params(kWakeSql, detail::jobs_channel(connect_.schema), detail::text_array(queues));
+    detail::wake_limited_queues(tx, connect_.schema, queues);
   } catch (const std::exception& e) {
     conn_.reset();
     spdlog::warn(

@@ -521,6 +521,10 @@ bool Executor::run_transactional(const detail::HandlerEntry& entry, JobContext& 
       if (observer_ != nullptr) observer_->jobs_fenced(job.queue, job.type, 1);
       return false;
     }
+    // Its place, free once this commits, may be taken on another node (as the completer wakes
+    // them for other outcomes).
+    if (claimed.cluster_limited)
+      detail::wake_limited_queues(*tx, config_.connect.schema, {job.queue});
     try {
       tx->commit();
     } catch (const pqxx::in_doubt_error&) {

@@ -583,6 +583,19 @@ std::size_t rescue_timed_out(pqxx::connection& conn, const Claimer& claimer,
   return n;
 }
 
+long long wake_limited_queues(pqxx::transaction_base& tx, std::string_view schema,
+                              const std::vector<std::string>& queues) {
+  // $1 channel, $2 queues. A shard whose leader is busy (or that no one leads) takes no wake.
+  static constexpr const char* kWakeSql = R"sql(
+SELECT count(pg_catalog.pg_notify($1, q)) FROM pg_catalog.unnest($2::text[]) q
+ WHERE EXISTS (SELECT FROM pg_catalog.generate_series(0, @.shard_count() - 1) s
+                WHERE NOT @.leader_busy($1, q, s))
+)sql";
+  return tx
+      .exec_params(with_schema(kWakeSql, schema), jobs_channel(schema), text_array(queues))[0][0]
+      .as<long long>(0);
+}
+
 std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch) {
   pqxx::work tx(conn);
   const auto n = tx.exec_params(kPruneSql, retention_ms, batch).affected_rows() +

@@ -231,8 +231,9 @@ TEST_F(ShardsInProcess, AQueueLimitedAcrossTheClusterGoesOnAsItsJobsEndWithoutTh
 TEST_F(ShardsInProcess, AJobEndingOnOneNodeWakesTheOtherNodesLeaderOfItsLimitedQueue) {
   // One running job at a time across the cluster, its jobs on both shards, each shard led by
   // another node that polls once a minute. The node that lost the race for the place sleeps;
-  // only the end written on the other node frees it, so that node's completer must wake it (a
-  // NOTIFY, as an enqueue sends). Otherwise its shard's jobs wait for its poll.
+  // only the end written on the other node frees it, so that node must wake it (a NOTIFY, as an
+  // enqueue sends): its completer for a job's outcome, or the handler's own transaction for a
+  // transactional handler. Otherwise the sleeping node's shard's jobs wait for its poll.
   auto make = [&](const std::string& id) {
     auto c = config(id);
     c.shards = 2;
@@ -243,17 +244,25 @@ TEST_F(ShardsInProcess, AJobEndingOnOneNodeWakesTheOtherNodesLeaderOfItsLimitedQ
   };
   auto setup = [](Node& node) {
     node.handle("nap", [](JobContext&) { std::this_thread::sleep_for(20ms); });
+    node.handle_tx("tx_nap", [](JobContext&, pqxx::work&) { std::this_thread::sleep_for(20ms); });
   };
   RunningNode n1(make("n1"), setup);
   ASSERT_TRUE(shares_become({{"n1", 2}})) << n1.error();
   RunningNode n2(make("n2"), setup);
   ASSERT_TRUE(shares_become({{"n1", 1}, {"n2", 1}})) << n1.error() << n2.error();
-  Client(database_url(), schema_).enqueue_copies("nap", {}, 40);
-  ASSERT_EQ(count("SELECT count(DISTINCT shard) FROM jobs"), 2);
-  EXPECT_TRUE(wait_count("SELECT count(*) FROM job_history", 40, 20s))
-      << count("SELECT count(*) FROM job_history") << " of 40 jobs ran; " << n1.error()
-      << n2.error();
-  EXPECT_EQ(count("SELECT count(DISTINCT node) FROM job_history"), 2);
+  long long want = 0;
+  for (const char* type : {"nap", "tx_nap"}) {
+    Client(database_url(), schema_).enqueue_copies(type, {}, 40);
+    want += 40;
+    ASSERT_EQ(count("SELECT count(DISTINCT shard) FROM jobs"), 2) << type;
+    EXPECT_TRUE(wait_count("SELECT count(*) FROM job_history", want, 20s))
+        << type << ": " << count("SELECT count(*) FROM job_history") << " of " << want
+        << " jobs ran; " << n1.error() << n2.error();
+    EXPECT_EQ(count("SELECT count(DISTINCT node) FROM job_history WHERE type = '" +
+                    std::string(type) + "'"),
+              2)
+        << type;
+  }
 }
 
 TEST_F(ShardsInProcess, TheEndOfAJobOneShardsClaimingThreadRanLetsAnotherShardsJobStart) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -134,6 +135,13 @@ std::size_t move_stray_jobs(pqxx::connection& conn, int shards);
 
 // Deletes up to `batch` history rows finished longer than `retention_ms` ago. Returns how many.
 std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch);
+
+// Notifies the jobs channel of `schema` for each of `queues` (limited across the cluster, a place
+// of which was just freed) on whose shards a leader may be asleep: one whose wake keys it cannot
+// take shared, as a producer's enqueue decides (sql/0012_shards.sql, leader_busy). Sent when `tx`
+// commits. Returns how many notifications.
+long long wake_limited_queues(pqxx::transaction_base& tx, std::string_view schema,
+                              const std::vector<std::string>& queues);
 
 struct Completion {
   std::int64_t id;
