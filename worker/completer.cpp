@@ -256,12 +256,17 @@ void Completer::wake_other_nodes(const std::vector<std::string>& queues) {
     auto armed = detail::CallWatch::instance().arm(*conn_, kWriteDeadline, detail::owner_of(this));
     pqxx::nontransaction tx(*conn_);
     detail::wake_limited_queues(tx, connect_.schema, queues);
+    wake_reported_ = false;
   } catch (const std::exception& e) {
     conn_.reset();
-    spdlog::warn(
-        "completer: could not wake the other nodes for queue(s) limited across the cluster ({}); "
-        "they claim the freed places at their next poll",
-        detail::failure_text(e));
+    if (observer_ != nullptr) observer_->database_error("completer");
+    if (!wake_reported_) {  // once until a wake goes through again
+      spdlog::warn(
+          "completer: could not wake the other nodes for queue(s) limited across the cluster "
+          "({}); they claim the freed places at their next poll",
+          detail::failure_text(e));
+      wake_reported_ = true;
+    }
   }
 }
 

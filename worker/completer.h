@@ -92,6 +92,7 @@ class Completer {
   detail::JobObserver* const observer_;
   std::function<void()> claim_freed_;
   std::unique_ptr<pqxx::connection> conn_;
+  bool wake_reported_ = false;  // a failed wake_other_nodes() was logged; the completer thread's
   // The last write whose COMMIT lost its answer: its transaction, and the claims (job id, token)
   // of the outcomes it carried. The completer thread's alone.
   struct Doubt {
