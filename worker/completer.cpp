@@ -150,16 +150,14 @@ void Completer::loop() {
     bool ok = true;
     const auto began = std::chrono::steady_clock::now();
     // An outcome of a job of an ordered partition, or of a queue limited across the cluster: once
-    // written, another job may be claimable (a spare wake costs one claim).
-    const auto frees = [](const auto& o) { return o.frees_claim; };
-    const bool frees_claim = std::any_of(done.begin(), done.end(), frees) ||
-                             std::any_of(failed.begin(), failed.end(), frees) ||
-                             std::any_of(released.begin(), released.end(), frees);
-    // Of a queue limited across the cluster, the place may be taken on another node, whose
-    // leaders of its other shards may sleep until their poll: the queues to wake them for.
+    // written, another job may be claimed (a spare wake costs one claim). For the limit, on
+    // another node too, whose leaders of the queue's other shards may sleep until their poll:
+    // the queues to wake them for.
+    bool frees_claim = false;
     std::vector<std::string> limited;
-    const auto note = [&limited](const auto& outcomes) {
+    const auto note = [&](const auto& outcomes) {
       for (const auto& o : outcomes) {
+        frees_claim = frees_claim || o.partitioned || o.cluster_limited;
         if (o.cluster_limited &&
             std::find(limited.begin(), limited.end(), o.queue) == limited.end())
           limited.push_back(o.queue);

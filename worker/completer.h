@@ -42,7 +42,7 @@ class Completer {
   Completer& operator=(const Completer&) = delete;
 
   // Before start(): called after a write that carried an outcome whose job's end lets another
-  // be claimed (detail::Completion::frees_claim).
+  // be claimed (detail::Completion::partitioned, cluster_limited).
   void on_claim_freed(std::function<void()> freed) { claim_freed_ = std::move(freed); }
 
   void start();

@@ -420,8 +420,7 @@ void Executor::start(const std::shared_ptr<Run>& run, bool wake_poller, bool rel
       mean_cpu_share_.store(was == 0 ? share : was + (share - was) / 8, std::memory_order_relaxed);
     }
   } else {
-    completer_.add(detail::Release{claimed.job.id, epoch, claimed.token,
-                                   claimed.partitioned || claimed.cluster_limited,
+    completer_.add(detail::Release{claimed.job.id, epoch, claimed.token, claimed.partitioned,
                                    claimed.job.queue, claimed.cluster_limited});
   }
   {
@@ -595,8 +594,7 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
     // The claim takes only the types this node handles, so this is a node whose registry
     // changed under it: leave the job for a node that knows it.
     spdlog::error("no handler for job={} type={} on this node: released", job.id, job.type);
-    completer_.add(detail::Release{job.id, job.epoch, claimed.token,
-                                   claimed.partitioned || claimed.cluster_limited, job.queue,
+    completer_.add(detail::Release{job.id, job.epoch, claimed.token, claimed.partitioned, job.queue,
                                    claimed.cluster_limited});
     return;
   }
@@ -604,8 +602,7 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
     // Cancelled between its claim and its start: it never runs.
     completer_.add(detail::Failure{job.id, job.epoch, claimed.token, job.attempt,
                                    "cancelled before it started", false, "", 0, job.queue, job.type,
-                                   claimed.partitioned || claimed.cluster_limited,
-                                   claimed.cluster_limited});
+                                   claimed.partitioned, claimed.cluster_limited});
     return;
   }
   try {
@@ -644,8 +641,7 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
 
   if (error.empty()) {
     completer_.add(detail::Completion{job.id, job.epoch, claimed.token, run_seconds, job.queue,
-                                      job.type, claimed.partitioned || claimed.cluster_limited,
-                                      claimed.cluster_limited});
+                                      job.type, claimed.partitioned, claimed.cluster_limited});
     if (observer_ != nullptr) {
       observer_->job_finished(job.queue, job.type, detail::Outcome::completed, run_seconds,
                               claimed.since_enqueue_seconds + run_seconds);
@@ -658,7 +654,7 @@ void Executor::run(Run& run, std::chrono::system_clock::time_point allowed_at) {
   if (dead_reason.empty() && exhausted) dead_reason = "exhausted";
   detail::Failure f{job.id,      job.epoch, claimed.token, job.attempt, error, !dead_reason.empty(),
                     dead_reason, 0,         job.queue,     job.type};
-  f.frees_claim = claimed.partitioned || claimed.cluster_limited;
+  f.partitioned = claimed.partitioned;
   f.cluster_limited = claimed.cluster_limited;
   if (!f.dead) {
     const auto& policy = entry->retry ? *entry->retry : config_.retry;

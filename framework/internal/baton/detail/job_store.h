@@ -150,11 +150,10 @@ struct Completion {
   double run_seconds;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
-  // In an ordered partition, or of a queue limited across the cluster: once it is written,
-  // another job may be claimed.
-  bool frees_claim = false;
-  // Of a queue limited across the cluster: the place it frees may be taken on another node,
-  // which the completer wakes once it is written.
+  // Its job's claim was held short by an ordered partition, or by a queue limit kept across the
+  // cluster: once the outcome is written, another job may be claimed, here (the completer wakes
+  // the pollers) or, for the limit, on another node (the completer notifies the jobs channel).
+  bool partitioned = false;
   bool cluster_limited = false;
 };
 struct Failure {
@@ -168,7 +167,7 @@ struct Failure {
   std::int64_t retry_delay_ms;
   std::string queue{};  // for the metrics of a fenced outcome
   std::string type{};
-  bool frees_claim = false;      // as for Completion
+  bool partitioned = false;      // as for Completion
   bool cluster_limited = false;  // as for Completion
 };
 
@@ -178,7 +177,7 @@ struct Release {
   std::int64_t id;
   std::int64_t epoch;
   std::int64_t token;
-  bool frees_claim = false;      // as for Completion
+  bool partitioned = false;      // as for Completion
   std::string queue{};           // for cluster_limited
   bool cluster_limited = false;  // as for Completion
 };
