@@ -284,14 +284,8 @@ SELECT id FROM jobs
    AND cancel_requested_at IS NOT NULL
 )sql";
 
-// Deletes one batch of history rows (and of sagas completed) older than the retention; small
-// batches keep locks short.
-constexpr const char* kPruneSql = R"sql(
-DELETE FROM job_history
- WHERE id = ANY (ARRAY(SELECT id FROM job_history
-               WHERE finished_at < now() - $1::bigint * interval '1 millisecond' LIMIT $2))
-)sql";
-
+// Deletes one batch of sagas completed longer than the retention ago (history rows go through
+// prune_history, sql/0018); small batches keep locks short.
 constexpr const char* kPruneSagasSql = R"sql(
 DELETE FROM sagas
  WHERE id = ANY (ARRAY(SELECT id FROM sagas
@@ -596,13 +590,27 @@ SELECT count(pg_catalog.pg_notify($1, q)) FROM pg_catalog.unnest($2::text[]) q
       .as<long long>(0);
 }
 
-std::size_t prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch) {
+std::int64_t summarize_history(pqxx::connection& conn, std::int64_t from, int ranges) {
   pqxx::work tx(conn);
-  const auto n = tx.exec_params(kPruneSql, retention_ms, batch).affected_rows() +
-                 tx.exec_params(kPruneSagasSql, retention_ms, batch).affected_rows() +
-                 tx.exec_params(kPruneLeadershipSql, retention_ms, batch).affected_rows();
+  const auto next =
+      tx.exec_params("SELECT summarize_history($1, $2)", from, ranges)[0][0].as<std::int64_t>();
   tx.commit();
-  return n;
+  return next;
+}
+
+Pruned prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch) {
+  pqxx::work tx(conn);
+  const auto history =
+      tx.exec_params("SELECT prune_history($1, $2)", retention_ms, batch)[0][0].as<std::int64_t>();
+  const auto sagas = tx.exec_params(kPruneSagasSql, retention_ms, batch).affected_rows();
+  const auto events = tx.exec_params(kPruneLeadershipSql, retention_ms, batch).affected_rows();
+  tx.commit();
+  const auto full = static_cast<std::size_t>(batch);
+  Pruned p;
+  p.history_held = history < 0;
+  p.rows = static_cast<std::size_t>(std::max<std::int64_t>(history, 0)) + sagas + events;
+  p.more = history >= batch || sagas >= full || events >= full;
+  return p;
 }
 
 bool complete_in(pqxx::work& tx, const Completion& done, std::string* xid) {

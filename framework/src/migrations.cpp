@@ -116,8 +116,10 @@ SELECT 'USAGE, UPDATE on sequence ' || $1 || '.epochs'
  WHERE NOT (has_sequence_privilege(quote_ident($1) || '.epochs', 'USAGE')
             AND has_sequence_privilege(quote_ident($1) || '.epochs', 'UPDATE'))
 UNION ALL
-SELECT 'EXECUTE on function ' || $1 || '.shard_of(text, integer)'
- WHERE NOT has_function_privilege(quote_ident($1) || '.shard_of(text, integer)', 'EXECUTE')) m
+SELECT 'EXECUTE on function ' || $1 || '.' || fn
+  FROM (VALUES ('shard_of(text, integer)'), ('prune_history(bigint, integer)'),
+               ('summarize_history(bigint, integer)')) AS f(fn)
+ WHERE NOT has_function_privilege(quote_ident($1) || '.' || fn, 'EXECUTE')) m
 )sql";
   pqxx::read_transaction tx(conn);
   auto r = tx.exec_params(kMissingSql, schema);

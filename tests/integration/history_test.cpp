@@ -1,0 +1,170 @@
+// History's finished_at index (a BRIN index, sql/0018) through pruning: new history that fills
+// the pages of pruned rows must not make every later prune read those pages. Real PostgreSQL,
+// the node's own pruner.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+#include "support/node_runner.h"
+#include "support/schema_test.h"
+#include "support/support.h"
+
+namespace {
+
+using namespace baton::test;
+
+class History : public SchemaTest {
+ protected:
+  void SetUp() override {
+    SchemaTest::SetUp();
+    // No vacuum but the test's own: one that held the index would put the prune off a tick.
+    pqxx::nontransaction(*db_).exec("ALTER TABLE job_history SET (autovacuum_enabled = false)");
+  }
+  // Rows [from, to] of history, finished `age` ago.
+  void add_history(int from, int to, const std::string& age) {
+    pqxx::nontransaction(*db_).exec(
+        "INSERT INTO job_history (id, queue, type, payload, priority, attempts, created_at, "
+        "run_at, finished_at, outcome) SELECT i, 'q', 't', '{}', 0, 1, now(), now(), now() - "
+        "interval '" +
+        age + "', 'completed' FROM generate_series(" + std::to_string(from) + ", " +
+        std::to_string(to) + ") i");
+  }
+  // The heap pages a prune's lookup (rows finished more than an hour ago) reads through the
+  // index: a range whose summary matches is read whole.
+  long long prune_reads() {
+    pqxx::work tx(*db_);
+    tx.exec("SET LOCAL enable_seqscan = off");
+    std::string plan;
+    for (const auto& row : tx.exec("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT ctid FROM "
+                                   "job_history WHERE finished_at < now() - interval '1 hour'"))
+      plan += std::string(row[0].c_str()) + "\n";
+    EXPECT_NE(plan.find("job_history_finished_idx"), std::string::npos) << plan;
+    long long pages = 0;
+    const std::regex heap(R"((lossy|exact)=(\d+))");
+    const auto line = plan.find("Heap Blocks:");
+    if (line == std::string::npos) return 0;  // no page read
+    const auto text = plan.substr(line, plan.find('\n', line) - line);
+    for (std::sregex_iterator m(text.begin(), text.end(), heap), end; m != end; ++m)
+      pages += std::stoll((*m)[2].str());
+    return pages;
+  }
+  long long pages_of_history() {
+    return count("SELECT pg_relation_size('job_history') / current_setting('block_size')::bigint");
+  }
+  // How many of history's rows with ids in [from, to] lie in pages before the first of the rows
+  // with ids from 20,001 to 21,000 (the table's end when the test began).
+  long long rows_in_reused_pages(int from, int to) {
+    return count(
+        "SELECT count(*) FROM job_history WHERE id BETWEEN " + std::to_string(from) + " AND " +
+        std::to_string(to) +
+        " AND (ctid::text::point)[0] < (SELECT min((ctid::text::point)[0]) FROM job_history "
+        "WHERE id BETWEEN 20001 AND 21000)");
+  }
+  // Vacuums history until the vacuum leaves no dead row behind: other tests' transactions on
+  // this database hold snapshots for moments, and a row one of them may still see stays. Then the
+  // pages of the pruned rows are free. The vacuum leaves the index alone (INDEX_CLEANUP OFF), so
+  // that none summarizes a range here.
+  bool free_pruned_pages() {
+    return wait_for(
+        [&] {
+          pqxx::nontransaction(*db_).exec("VACUUM (INDEX_CLEANUP OFF) job_history");
+          return count(
+                     "SELECT n_dead_tup FROM pg_stat_all_tables WHERE relid = "
+                     "'job_history'::regclass") == 0;
+        },
+        std::chrono::seconds(30), std::chrono::milliseconds(100));
+  }
+  void prune_with_a_node() {
+    auto config = test_config(schema_, "pruner");
+    config.history_retention = std::chrono::hours(1);
+    RunningNode n(config, [](baton::Node&) {});
+    ASSERT_TRUE(wait_count("SELECT count(*) FROM job_history", 1000, std::chrono::seconds(30)))
+        << count("SELECT count(*) FROM job_history") << " rows left";
+  }
+};
+
+// 20,000 rows two hours old, then 1,000 ten minutes old (they keep the table's end, as live
+// history does); the ranges summarized, as a vacuum or autosummarize leaves them. The pruner
+// deletes the old rows, a vacuum frees their pages, 20,000 new rows fill them, and the pruner
+// ticks again.
+TEST_F(History, NewRowsInPrunedPagesDoNotMakeThePruneReadThem) {
+  add_history(1, 20000, "2 hours");
+  add_history(20001, 21000, "10 minutes");
+  count("SELECT brin_summarize_new_values('job_history_finished_idx')");
+  const auto pages = pages_of_history();
+  ASSERT_GE(pages, 128) << "too few pages for several ranges of 32";
+  ASSERT_GE(prune_reads(), pages / 2) << "the old rows should be found by the index";
+
+  prune_with_a_node();
+  ASSERT_TRUE(free_pruned_pages()) << "a vacuum still left dead rows after 30 s";
+  add_history(21001, 41000, "0 seconds");
+  ASSERT_GE(rows_in_reused_pages(21001, 41000), 18000) << "the new rows did not reuse the pages";
+
+  // Nothing is older than an hour now. The ranges the prune marked are read until summarized
+  // again: the pruner's next tick does that first. A summary that had kept the pruned rows' time
+  // would match the lookup for ever, and each such range would be read whole.
+  EXPECT_GE(prune_reads(), pages / 2) << "the pruned ranges should read as not summarized";
+  auto config = test_config(schema_, "pruner-again");
+  config.history_retention = std::chrono::hours(1);
+  RunningNode n(config, [](baton::Node&) {});
+  long long reads = 0;
+  EXPECT_TRUE(wait_for([&] { return (reads = prune_reads()) <= 32; }, std::chrono::seconds(30)))
+      << reads << " of " << pages_of_history() << " pages";
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), 21000);
+}
+
+// A transaction open while the pruner's next tick summarized the pruned ranges could still see
+// the deleted rows, so their time stayed in the summaries. The pruner's sweep summarizes every
+// range again, a few each tick, from what is left in it.
+TEST_F(History, TheSweepNarrowsARangeSummarizedWhileATransactionSawItsDeletedRows) {
+  add_history(1, 20000, "2 hours");
+  add_history(20001, 21000, "10 minutes");
+  count("SELECT brin_summarize_new_values('job_history_finished_idx')");
+  const auto pages = pages_of_history();
+  {
+    auto reader = connect(schema_);
+    pqxx::work snapshot(*reader, "reader");
+    snapshot.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    ASSERT_EQ(snapshot.exec("SELECT count(*) FROM job_history")[0][0].as<long long>(), 21000);
+    prune_with_a_node();
+    // The tick after, while the reader still sees the deleted rows (no sweep).
+    EXPECT_EQ(count("SELECT summarize_history(0, 0)"), 0);
+    snapshot.commit();
+  }
+  ASSERT_TRUE(free_pruned_pages()) << "a vacuum still left dead rows after 30 s";
+  add_history(21001, 41000, "0 seconds");
+  ASSERT_GE(rows_in_reused_pages(21001, 41000), 18000) << "the new rows did not reuse the pages";
+  const auto wide = prune_reads();
+  ASSERT_GE(wide, pages / 2) << "the summaries did not keep the deleted rows' time";
+
+  // The sweep goes through the table in calls of a few ranges, then starts again from 0.
+  long long from = 0;
+  int calls = 0;
+  do {
+    from = count("SELECT summarize_history(" + std::to_string(from) + ", 4)");
+    ++calls;
+  } while (from != 0 && calls < 1000);
+  EXPECT_GE(calls, 2) << "four ranges a call cannot cover " << pages << " pages at once";
+  EXPECT_LE(prune_reads(), 32) << "of " << pages_of_history() << " pages, " << wide
+                               << " before the sweep";
+}
+
+// A prune that meets history held as a vacuum holds it (SHARE UPDATE EXCLUSIVE) deletes nothing
+// and says so, at once rather than after the vacuum; the rows go at a later call.
+TEST_F(History, APruneThatMeetsTheIndexHeldDeletesNothingAndLaterDoes) {
+  add_history(1, 100, "2 hours");
+  auto holder = connect(schema_);
+  {
+    pqxx::work hold(*holder);
+    hold.exec("LOCK TABLE job_history IN SHARE UPDATE EXCLUSIVE MODE");
+    EXPECT_EQ(count("SELECT prune_history(3600000, 1000)"), -1);
+    EXPECT_EQ(count("SELECT count(*) FROM job_history"), 100);
+    EXPECT_EQ(count("SELECT summarize_history(1, 4)"), 1) << "the sweep should stay where it was";
+    hold.commit();
+  }
+  EXPECT_EQ(count("SELECT prune_history(3600000, 1000)"), 100);
+  EXPECT_EQ(count("SELECT count(*) FROM job_history"), 0);
+}
+
+}  // namespace
