@@ -3,7 +3,10 @@
 -- (the least and greatest finished_at) per 32 pages of the table, and a row added to pages not
 -- summarized yet costs it nothing. Rows are added in finished_at order, so the summaries are
 -- narrow, and the queries by time (the pruner's, `batonctl stats`, the console's series) read
--- only the pages of their window.
+-- only the pages of their window, and the pages not summarized yet: those written since the
+-- pruner's last tick, which summarizes them, or the last vacuum. (Not autosummarize: it asks
+-- autovacuum for one summary per 32 pages written, and beyond 256 requests a minute, 8,000 rows
+-- a second, the server logs a line for each request it drops.)
 --
 -- A summary only ever widens. Once the pruner has deleted a range's rows and a vacuum has freed
 -- its pages, new rows fill them, and the range would keep its oldest time for ever: every prune
@@ -14,7 +17,7 @@
 
 DROP INDEX job_history_finished_idx;
 CREATE INDEX job_history_finished_idx ON job_history USING brin (finished_at)
-  WITH (pages_per_range = 32, autosummarize = on);
+  WITH (pages_per_range = 32);
 
 DO $migration$
 DECLARE
@@ -59,9 +62,10 @@ END
 $f$;
 
 -- Summarizes every range of job_history's finished_at index that is not summarized (those
--- prune_history marked, from the rows left in them), then summarizes again up to p_ranges ranges
--- from block p_from. Returns the block for the next call to go on from (0 after the table's
--- end), or p_from unchanged when a vacuum or another summarizing call holds the index.
+-- written since, and those prune_history marked, from the rows left in them), then summarizes
+-- again up to p_ranges ranges from block p_from. Returns the block for the next call to go on
+-- from (0 after the table's end), or p_from unchanged when a vacuum or another summarizing call
+-- holds the index.
 CREATE FUNCTION _BATON_SCHEMA_.summarize_history(p_from bigint, p_ranges integer)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = _BATON_SCHEMA_, pg_temp
