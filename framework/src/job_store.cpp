@@ -590,12 +590,14 @@ SELECT count(pg_catalog.pg_notify($1, q)) FROM pg_catalog.unnest($2::text[]) q
       .as<long long>(0);
 }
 
-std::int64_t summarize_history(pqxx::connection& conn, std::int64_t from, int ranges) {
+std::optional<std::int64_t> summarize_history(pqxx::connection& conn, std::int64_t from,
+                                              int ranges) {
   pqxx::work tx(conn);
-  const auto next =
-      tx.exec_params("SELECT summarize_history($1, $2)", from, ranges)[0][0].as<std::int64_t>();
+  const auto next = tx.exec_params("SELECT summarize_history($1, $2)", from, ranges)[0][0];
+  std::optional<std::int64_t> out;
+  if (!next.is_null()) out = next.as<std::int64_t>();
   tx.commit();
-  return next;
+  return out;
 }
 
 Pruned prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch) {
@@ -607,8 +609,7 @@ Pruned prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batc
   tx.commit();
   const auto full = static_cast<std::size_t>(batch);
   Pruned p;
-  p.history_held = history < 0;
-  p.rows = static_cast<std::size_t>(std::max<std::int64_t>(history, 0)) + sagas + events;
+  p.rows = static_cast<std::size_t>(history) + sagas + events;
   p.more = history >= batch || sagas >= full || events >= full;
   return p;
 }

@@ -133,17 +133,18 @@ std::vector<std::int64_t> cancel_requested(pqxx::connection& conn, const Claimer
 // while it changed) to their shard under `shards`. Returns how many (at most 10,000 a call).
 std::size_t move_stray_jobs(pqxx::connection& conn, int shards);
 
-// Summarizes again the history index's ranges that prune_history left unsummarized, and `ranges`
-// more from block `from` (a sweep for summaries a long transaction kept wide). Returns the block
-// the sweep goes on from next time (sql/0018).
-std::int64_t summarize_history(pqxx::connection& conn, std::int64_t from, int ranges);
+// Summarizes again the history index's ranges that prune_history deleted rows from, those not
+// summarized yet, and `ranges` more from block `from` (negative: at random; a sweep for summaries
+// a long transaction kept wide). Returns the block the sweep goes on from next time, or nothing
+// when another session held history (sql/0018).
+std::optional<std::int64_t> summarize_history(pqxx::connection& conn, std::int64_t from,
+                                              int ranges);
 
 // One batch of each kind of row older than the retention: history, completed sagas, leadership
 // events.
 struct Pruned {
-  std::size_t rows = 0;       // deleted, all kinds
-  bool more = false;          // some kind had a full batch: there may be more
-  bool history_held = false;  // history's index was held (a vacuum): its rows wait a tick
+  std::size_t rows = 0;  // deleted, all kinds
+  bool more = false;     // some kind had a full batch: there may be more
 };
 // Deletes up to `batch` rows of each kind finished longer than `retention_ms` ago.
 Pruned prune_history(pqxx::connection& conn, std::int64_t retention_ms, int batch);
