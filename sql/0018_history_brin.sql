@@ -12,10 +12,11 @@
 -- A summary only ever widens. Once the pruner has deleted a range's rows and a vacuum has freed
 -- its pages, new rows fill them, and the range would keep its oldest time for ever: every prune
 -- would read it. So prune_history records the ranges it deletes from, and summarize_history (at
--- the start of each pruner tick, when the deleted rows are gone from every snapshot but a long
--- transaction's) summarizes them again from what is left in them. It also summarizes again a few
--- ranges more each tick, in a sweep through the table, for a range whose deleted rows a long
--- transaction could still see then.
+-- the start of each pruner tick) summarizes them again from what is left in them: once a tick
+-- after the delete, when the deleted rows are gone from every snapshot but a long transaction's
+-- (or a standby's, through hot_standby_feedback, or a replication slot's), and again an hour
+-- after it. It also summarizes again a few ranges more each tick, in a sweep through the table,
+-- for a range whose deleted rows some snapshot could still see an hour later.
 
 -- The new index is built before the old one goes: the build lets readers of history on, and the
 -- drop's exclusive lock lasts only to the migration's commit.
@@ -24,9 +25,14 @@ CREATE INDEX job_history_finished_brin ON job_history USING brin (finished_at)
 DROP INDEX job_history_finished_idx;
 ALTER INDEX job_history_finished_brin RENAME TO job_history_finished_idx;
 
--- Ranges (their first block) that prune_history deleted rows from, to be summarized again.
--- Only the two functions below (the owner's) touch it.
-CREATE TABLE history_pruned_ranges (block bigint PRIMARY KEY);
+-- Ranges (their first block) that prune_history deleted rows from, to be summarized again: at
+-- the next tick (then `again` is set) and an hour after the last delete in them (then the row
+-- goes). Only the two functions below (the owner's) touch it.
+CREATE TABLE history_pruned_ranges (
+  block     bigint      PRIMARY KEY,
+  pruned_at timestamptz NOT NULL DEFAULT now(),
+  again     boolean     NOT NULL DEFAULT false
+);
 
 DO $migration$
 DECLARE
@@ -60,7 +66,7 @@ BEGIN
   per := _BATON_SCHEMA_.history_pages_per_range();
   INSERT INTO history_pruned_ranges (block)
   SELECT DISTINCT ((v::text::point)[0])::bigint / per * per FROM pg_catalog.unnest(victims) v
-  ON CONFLICT (block) DO NOTHING;
+  ON CONFLICT (block) DO UPDATE SET pruned_at = now(), again = false;
   DELETE FROM job_history WHERE ctid = ANY (victims) AND finished_at < cutoff;
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN n;
@@ -75,8 +81,10 @@ LANGUAGE sql STABLE SET search_path = _BATON_SCHEMA_, pg_temp AS $f$
     FROM pg_catalog.pg_class c WHERE c.oid = 'job_history_finished_idx'::regclass
 $f$;
 
--- Summarizes again the ranges prune_history recorded (from the rows left in them), then every
--- range not summarized yet (the pages written since), then up to p_ranges (at most 1,024) ranges
+-- Summarizes again the ranges prune_history recorded (from the rows left in them: those not
+-- summarized since, and those whose last delete is an hour old, which it then forgets), then
+-- every range not summarized yet (the pages written since), then up to p_ranges (at most 1,024)
+-- ranges
 -- more from block p_from (a negative p_from: a block chosen at random). Returns the block for the
 -- next call to go on from (0 after the table's end), or NULL when another session held history
 -- (a vacuum, for one): then the recorded ranges wait for the next call.
@@ -90,7 +98,14 @@ DECLARE
   pages bigint;
   block bigint;
 BEGIN
-  FOR block IN DELETE FROM history_pruned_ranges RETURNING history_pruned_ranges.block LOOP
+  FOR block IN
+      WITH hour_old AS (
+        DELETE FROM history_pruned_ranges r WHERE r.again AND r.pruned_at < now() - interval '1 hour'
+        RETURNING r.block),
+      fresh AS (
+        UPDATE history_pruned_ranges r SET again = true WHERE NOT r.again RETURNING r.block)
+      SELECT h.block FROM hour_old h UNION SELECT f.block FROM fresh f
+  LOOP
     PERFORM pg_catalog.brin_desummarize_range(idx, block);
     PERFORM pg_catalog.brin_summarize_range(idx, block);
   END LOOP;

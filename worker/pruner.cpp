@@ -3,14 +3,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "baton/detail/db.h"
 #include "baton/detail/job_store.h"
 
 namespace baton::worker {
 
 namespace {
 // Index ranges of history summarized again each tick by the sweep: 64 ranges of 32 pages read
-// 16 MB a tick, and go through 100 million rows of history (about 100 bytes each) in about a
-// day of ticks.
+// 16 MB a tick, and go through 100 million rows of history (about 100 bytes each, 10 GB) in
+// about 10 hours of ticks.
 constexpr int kSweepRanges = 64;
 }  // namespace
 
@@ -20,31 +21,29 @@ std::unique_ptr<PeriodicService> make_pruner(const detail::ConnectOptions& conne
   // while still reaches every part of history, in turn with the nodes before it.
   return std::make_unique<PeriodicService>(
       "pruner", connect, config.interval,
-      [config, sweep = std::int64_t{-1}, summary_failed = false](pqxx::connection& conn,
-                                                                 std::int64_t) mutable {
-        // First the ranges the last tick's deletes were in: their deleted rows are gone from
-        // every snapshot by now (unless a transaction has been open since). Pruning goes on
-        // whatever becomes of this.
+      [config, sweep = std::int64_t{-1}, held = false, failed = false](pqxx::connection& conn,
+                                                                       std::int64_t) mutable {
+        // First the ranges the last ticks' deletes were in (see sql/0018). Pruning goes on
+        // whatever becomes of this; each change of state is logged once.
         try {
-          if (const auto next = detail::summarize_history(conn, sweep, kSweepRanges)) {
-            sweep = *next;
-          } else {
+          const auto next = detail::summarize_history(conn, sweep, kSweepRanges);
+          if (!next && !held) {
             spdlog::info(
-                "pruner: another session held job_history (a vacuum?); its index summaries wait "
-                "for the next tick");
+                "pruner: another session holds job_history (a vacuum?); its index summaries "
+                "wait, the deletes go on");
           }
-          if (summary_failed) spdlog::info("pruner: history's index summaries are made again");
-          summary_failed = false;
-        } catch (const pqxx::broken_connection&) {
-          throw;
+          if (next && (held || failed)) spdlog::info("pruner: history's index summaries made");
+          held = !next;
+          failed = false;
+          if (next) sweep = *next;
         } catch (const std::exception& e) {
-          if (!summary_failed) {
+          if (detail::is_connection_error(e)) throw;
+          if (!failed) {
             spdlog::warn(
-                "pruner: could not summarize history's finished_at index ({}); pruning "
-                "goes on",
+                "pruner: could not summarize history's finished_at index ({}); the deletes go on",
                 e.what());
           }
-          summary_failed = true;
+          failed = true;
         }
         // At most 100 batches a tick, so one tick never runs for long.
         std::size_t total = 0;

@@ -169,7 +169,7 @@ TEST_F(HostileRoles, EverySecurityDefinerFunctionSearchesOnlyBatonsSchemaThenPgT
       schema_);
   ASSERT_GE(rows.size(), 5u) << "enqueue, enqueue_many, cancel, job_status, job_id_by_key";
   for (const auto& r : rows) {
-    // Other settings (prune_history's lock_timeout) may stand beside it.
+    // Other settings (summarize_history's lock_timeout) may stand beside it.
     EXPECT_EQ(std::string(r[1].c_str()), "search_path=" + schema_ + ", pg_temp")
         << r[0].c_str() << " runs as its owner without a safe search_path";
   }
