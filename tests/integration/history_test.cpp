@@ -75,6 +75,31 @@ class History : public SchemaTest {
         },
         std::chrono::seconds(30), std::chrono::milliseconds(100));
   }
+  // 20,000 rows two hours old, then 1,000 ten minutes old (they keep the table's end, as live
+  // history does), the ranges summarized, as a tick or a vacuum leaves them. Returns the pages.
+  long long old_and_recent_history() {
+    add_history(1, 20000, "2 hours");
+    add_history(20001, 21000, "10 minutes");
+    count("SELECT brin_summarize_new_values('job_history_finished_idx')");
+    return pages_of_history();
+  }
+  // The pruner deletes the old rows, and its next tick summarizes their ranges (without the
+  // sweep) while a reader's snapshot still sees the deleted rows.
+  void prune_and_summarize_while_a_reader_sees_the_rows() {
+    auto reader = connect(schema_);
+    pqxx::work snapshot(*reader, "reader");
+    snapshot.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    ASSERT_EQ(snapshot.exec("SELECT count(*) FROM job_history")[0][0].as<long long>(), 21000);
+    prune_with_a_node();
+    EXPECT_EQ(count("SELECT summarize_history(0, 0)"), 0);
+    snapshot.commit();
+  }
+  // A vacuum frees the pruned rows' pages, and 20,000 new rows fill them.
+  void refill_pruned_pages() {
+    ASSERT_TRUE(free_pruned_pages()) << "a vacuum still left dead rows after 30 s";
+    add_history(21001, 41000, "0 seconds");
+    ASSERT_GE(rows_in_reused_pages(21001, 41000), 18000) << "the new rows did not reuse the pages";
+  }
   void prune_with_a_node() {
     auto config = test_config(schema_, "pruner");
     config.history_retention = std::chrono::hours(1);
@@ -84,23 +109,17 @@ class History : public SchemaTest {
   }
 };
 
-// 20,000 rows two hours old, then 1,000 ten minutes old (they keep the table's end, as live
-// history does); the ranges summarized, as a tick or a vacuum leaves them. The pruner deletes the
-// old rows, a vacuum frees their pages, and 20,000 new rows fill them.
+// Old and recent history; the pruner deletes the old rows, a vacuum frees their pages, and
+// 20,000 new rows fill them.
 TEST_F(History, NewRowsInPrunedPagesDoNotMakeThePruneReadThem) {
-  add_history(1, 20000, "2 hours");
-  add_history(20001, 21000, "10 minutes");
-  count("SELECT brin_summarize_new_values('job_history_finished_idx')");
-  const auto pages = pages_of_history();
+  const auto pages = old_and_recent_history();
   ASSERT_GE(pages, 128) << "too few pages for several ranges of 32";
   ASSERT_GE(prune_reads(), pages / 2) << "the old rows should be found by the index";
 
   prune_with_a_node();
   EXPECT_GE(count("SELECT count(*) FROM history_pruned_ranges"), pages / 2 / 32)
       << "the prune should record the ranges it deleted from";
-  ASSERT_TRUE(free_pruned_pages()) << "a vacuum still left dead rows after 30 s";
-  add_history(21001, 41000, "0 seconds");
-  ASSERT_GE(rows_in_reused_pages(21001, 41000), 18000) << "the new rows did not reuse the pages";
+  ASSERT_NO_FATAL_FAILURE(refill_pruned_pages());
 
   // Nothing is older than an hour now, but until the recorded ranges are summarized again their
   // summaries keep the pruned rows' time, and the lookup reads them whole.
@@ -116,22 +135,9 @@ TEST_F(History, NewRowsInPrunedPagesDoNotMakeThePruneReadThem) {
 // A snapshot that still saw the deleted rows when the next tick summarized their ranges kept
 // their time in the summaries; the second summary, an hour after the delete, narrows them.
 TEST_F(History, TheSecondSummaryNarrowsARangeAnOldSnapshotKeptWide) {
-  add_history(1, 20000, "2 hours");
-  add_history(20001, 21000, "10 minutes");
-  count("SELECT brin_summarize_new_values('job_history_finished_idx')");
-  const auto pages = pages_of_history();
-  {
-    auto reader = connect(schema_);
-    pqxx::work snapshot(*reader, "reader");
-    snapshot.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
-    ASSERT_EQ(snapshot.exec("SELECT count(*) FROM job_history")[0][0].as<long long>(), 21000);
-    prune_with_a_node();
-    EXPECT_EQ(count("SELECT summarize_history(0, 0)"), 0);  // the next tick, no sweep
-    snapshot.commit();
-  }
-  ASSERT_TRUE(free_pruned_pages()) << "a vacuum still left dead rows after 30 s";
-  add_history(21001, 41000, "0 seconds");
-  ASSERT_GE(rows_in_reused_pages(21001, 41000), 18000) << "the new rows did not reuse the pages";
+  const auto pages = old_and_recent_history();
+  ASSERT_NO_FATAL_FAILURE(prune_and_summarize_while_a_reader_sees_the_rows());
+  ASSERT_NO_FATAL_FAILURE(refill_pruned_pages());
   const auto wide = prune_reads();
   ASSERT_GE(wide, pages / 2) << "the summaries did not keep the deleted rows' time";
   // A tick within the hour leaves them: each range is summarized twice, not every tick.
@@ -179,23 +185,9 @@ TEST_F(History, ThePrunersNextTickSummarizesTheRangesItPruned) {
 // the deleted rows, so their time stayed in the summaries. The pruner's sweep summarizes every
 // range again, a few each tick, from what is left in it.
 TEST_F(History, TheSweepNarrowsARangeSummarizedWhileATransactionSawItsDeletedRows) {
-  add_history(1, 20000, "2 hours");
-  add_history(20001, 21000, "10 minutes");
-  count("SELECT brin_summarize_new_values('job_history_finished_idx')");
-  const auto pages = pages_of_history();
-  {
-    auto reader = connect(schema_);
-    pqxx::work snapshot(*reader, "reader");
-    snapshot.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
-    ASSERT_EQ(snapshot.exec("SELECT count(*) FROM job_history")[0][0].as<long long>(), 21000);
-    prune_with_a_node();
-    // The tick after, while the reader still sees the deleted rows (no sweep).
-    EXPECT_EQ(count("SELECT summarize_history(0, 0)"), 0);
-    snapshot.commit();
-  }
-  ASSERT_TRUE(free_pruned_pages()) << "a vacuum still left dead rows after 30 s";
-  add_history(21001, 41000, "0 seconds");
-  ASSERT_GE(rows_in_reused_pages(21001, 41000), 18000) << "the new rows did not reuse the pages";
+  const auto pages = old_and_recent_history();
+  ASSERT_NO_FATAL_FAILURE(prune_and_summarize_while_a_reader_sees_the_rows());
+  ASSERT_NO_FATAL_FAILURE(refill_pruned_pages());
   const auto wide = prune_reads();
   ASSERT_GE(wide, pages / 2) << "the summaries did not keep the deleted rows' time";
 
