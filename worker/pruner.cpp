@@ -1,6 +1,9 @@
 // Pruner (see pruner.h).
 #include "worker/pruner.h"
 
+#include <stdexcept>
+#include <string>
+
 #include <spdlog/spdlog.h>
 
 #include "baton/detail/db.h"
@@ -21,10 +24,12 @@ std::unique_ptr<PeriodicService> make_pruner(const detail::ConnectOptions& conne
   // while still reaches every part of history, in turn with the nodes before it.
   return std::make_unique<PeriodicService>(
       "pruner", connect, config.interval,
-      [config, sweep = std::int64_t{-1}, held = false, failed = false](pqxx::connection& conn,
-                                                                       std::int64_t) mutable {
-        // First the ranges the last ticks' deletes were in (see sql/0018). Pruning goes on
-        // whatever becomes of this; each change of state is logged once.
+      [config, sweep = std::int64_t{-1}, held = false](pqxx::connection& conn,
+                                                       std::int64_t) mutable {
+        // First the ranges the last ticks' deletes were in (see sql/0018). The deletes run
+        // whatever becomes of this; a failure here fails the tick after them, so that the
+        // service logs it and counts it (baton_database_errors_total{component="pruner"}).
+        std::string summary_failed;
         try {
           const auto next = detail::summarize_history(conn, sweep, kSweepRanges);
           if (!next && !held) {
@@ -32,18 +37,12 @@ std::unique_ptr<PeriodicService> make_pruner(const detail::ConnectOptions& conne
                 "pruner: another session holds job_history (a vacuum?); its index summaries "
                 "wait, the deletes go on");
           }
-          if (next && (held || failed)) spdlog::info("pruner: history's index summaries made");
+          if (next && held) spdlog::info("pruner: history's index summaries made again");
           held = !next;
-          failed = false;
           if (next) sweep = *next;
         } catch (const std::exception& e) {
           if (detail::is_connection_error(e)) throw;
-          if (!failed) {
-            spdlog::warn(
-                "pruner: could not summarize history's finished_at index ({}); the deletes go on",
-                e.what());
-          }
-          failed = true;
+          summary_failed = e.what();
         }
         // At most 100 batches a tick, so one tick never runs for long.
         std::size_t total = 0;
@@ -53,6 +52,10 @@ std::unique_ptr<PeriodicService> make_pruner(const detail::ConnectOptions& conne
           if (!p.more) break;
         }
         if (total > 0) spdlog::info("pruned {} history rows older than the retention", total);
+        if (!summary_failed.empty()) {
+          throw std::runtime_error("could not summarize history's finished_at index (" +
+                                   summary_failed + "); the deletes went on");
+        }
       });
 }
 

@@ -167,6 +167,30 @@ TEST_F(History, ThePrunerDeletesWhileAVacuumHoldsHistory) {
   hold.commit();
 }
 
+// A summary that fails (here: its function raises) does not stop the deletes; the tick counts
+// as failed, where operators look for a failing pruner.
+TEST_F(History, ASummaryThatFailsLeavesTheDeletesRunningAndIsCounted) {
+  add_history(1, 3000, "2 hours");
+  pqxx::nontransaction(*db_).exec(
+      "CREATE OR REPLACE FUNCTION summarize_history(p_from bigint, p_ranges integer) RETURNS "
+      "bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = " +
+      schema_ + ", pg_temp AS $$ BEGIN RAISE EXCEPTION 'no summary today'; END $$");
+  auto config = test_config(schema_, "pruner");
+  config.history_retention = std::chrono::hours(1);
+  config.metrics_listen = "127.0.0.1:0";
+  RunningNode n(config, [](baton::Node&) {});
+  EXPECT_TRUE(wait_count("SELECT count(*) FROM job_history", 0, std::chrono::seconds(30)))
+      << count("SELECT count(*) FROM job_history") << " rows left";
+  std::string page;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        page = scrape(n.node().metrics_address());
+        return metric_sum(page, "baton_database_errors_total{component=\"pruner\"}") >= 1;
+      },
+      std::chrono::seconds(30)))
+      << page;
+}
+
 // The pruner's tick summarizes first what the ticks before it pruned.
 TEST_F(History, ThePrunersNextTickSummarizesTheRangesItPruned) {
   add_history(1, 20000, "2 hours");
