@@ -216,6 +216,78 @@ TEST_F(Fencing, ACompletionFindsItsJobEvenAfterTheRowMoved) {
       << "another job's row was completed in its place";
 }
 
+TEST_F(Fencing, AClaimedJobCarriesItsEnqueueTimeAndHowLongItWaited) {
+  // Enqueued 90 s ago, due 30 s ago: the handler sees when it was enqueued, to the microsecond,
+  // and the wait metrics count from run_at and from created_at to the claim's time.
+  const auto id = count("SELECT min(id) FROM jobs");
+  pqxx::nontransaction(*conn_).exec_params(
+      "UPDATE jobs SET created_at = now() - interval '90.123456 s', "
+      "run_at = now() - interval '30.5 s' WHERE id = $1",
+      id);
+  const auto jobs = claim("old", 1);
+  const auto job = std::find_if(jobs.begin(), jobs.end(),
+                                [&](const detail::ClaimedJob& j) { return j.job.id == id; });
+  ASSERT_NE(job, jobs.end());
+  const auto us = [&](const std::string& expr) {
+    return count("SELECT (date_part('epoch', " + expr +
+                 ") * 1000000)::bigint FROM jobs WHERE id = " + std::to_string(id));
+  };
+  EXPECT_EQ(
+      std::chrono::duration_cast<std::chrono::microseconds>(job->job.enqueued_at.time_since_epoch())
+          .count(),
+      us("created_at"));
+  EXPECT_EQ(job->claimed_at_us, us("claimed_at"));
+  EXPECT_NEAR(job->wait_seconds, static_cast<double>(us("claimed_at - run_at")) / 1e6, 1e-6);
+  EXPECT_NEAR(job->since_enqueue_seconds, static_cast<double>(us("claimed_at - created_at")) / 1e6,
+              1e-6);
+  EXPECT_GE(job->wait_seconds, 30.5);
+  EXPECT_GE(job->since_enqueue_seconds, 90.123456);
+}
+
+TEST_F(Fencing, ABatchOfOutcomesCompletesItsOwnJobsAloneWhereverTheirIdsLie) {
+  // A batch whose ids lie close together is completed through one range of the primary key, a
+  // scattered one through its list: either way, only the listed jobs still running under their
+  // claim leave, whatever else lies between them.
+  pqxx::nontransaction(*conn_).exec(
+      "INSERT INTO jobs (queue, type) SELECT 'q', 'noop' FROM generate_series(1, 37)");
+  const auto jobs = detail::claim_jobs(*conn_, as("old", 1), 100, {{}, {}, {"noop"}});
+  ASSERT_EQ(jobs.size(), 40u);
+  for (std::size_t i = 1; i < jobs.size(); ++i)
+    ASSERT_EQ(jobs[i].job.id, jobs[0].job.id + static_cast<std::int64_t>(i));
+  // One job inside the close batch's range is released: waiting again, its claim's outcome stale.
+  detail::apply_outcomes(*conn_, {}, {}, nullptr, {released(jobs[5])});
+  // The close batch: 20 of the first 30 jobs, every third one left out; plus two of those left
+  // out, the released one and a running one under an outcome of an older claim.
+  std::vector<detail::Completion> close;
+  std::vector<std::int64_t> expected;
+  for (std::size_t i = 0; i < 30; ++i) {
+    if (i % 3 == 2) continue;
+    close.push_back(done(jobs[i]));
+    expected.push_back(jobs[i].job.id);
+  }
+  close.push_back(done(jobs[5]));
+  auto older = done(jobs[8]);
+  older.token -= 1;
+  close.push_back(older);
+  std::vector<std::int64_t> fenced;
+  EXPECT_EQ(detail::apply_outcomes(*conn_, close, {}, &fenced), expected.size());
+  std::sort(fenced.begin(), fenced.end());
+  EXPECT_EQ(fenced, (std::vector<std::int64_t>{jobs[5].job.id, jobs[8].job.id}));
+  // The scattered batch: the first and the last of the last ten, eight running between them.
+  EXPECT_EQ(detail::apply_outcomes(*conn_, {done(jobs[39]), done(jobs[30])}, {}), 2u);
+  expected.push_back(jobs[30].job.id);
+  expected.push_back(jobs[39].job.id);
+  std::vector<std::int64_t> history;
+  for (const auto& r : pqxx::nontransaction(*conn_).exec("SELECT id FROM job_history ORDER BY id"))
+    history.push_back(r[0].as<std::int64_t>());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(history, expected);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), 40 - 22 - 1);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'available' AND id = " +
+                  std::to_string(jobs[5].job.id)),
+            1);
+}
+
 TEST_F(Fencing, ClaimsRacingAcrossAHandoverNeverTakeAJobTwice) {
   // The deposed leader's claim has updated the first job but not committed when the new leader
   // claims. The new claim waits for that row, then sees it taken and leaves it.
