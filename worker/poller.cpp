@@ -352,8 +352,10 @@ int Poller::buffer_size() const {
   // large ones.
   constexpr double kMaxBufferBytes = 64.0 * 1024 * 1024;
   const double by_size = kMaxBufferBytes / std::max(mean_payload_bytes_, 1.0);
-  return static_cast<int>(
-      std::min<double>({static_cast<double>(config_.batch_size), fits, by_size}));
+  // And two batches: the next claim goes out once half the buffer is left (the refill mark), so
+  // with a buffer of one batch every claim of a drain after the first took about half a batch
+  // (578 jobs a claim over a 200,000-job drain; 971 with two).
+  return static_cast<int>(std::min<double>({2.0 * config_.batch_size, fits, by_size}));
 }
 
 Poller::Round Poller::claim_round(Run& run) {

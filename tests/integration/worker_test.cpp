@@ -312,6 +312,24 @@ TEST_F(Worker, SlowJobsAreNotClaimedBeforeAThreadCanStartThem) {
   }
 }
 
+TEST_F(Worker, UnderABacklogEveryClaimTakesAWholeBatch) {
+  // Once the jobs' run time is known, the poller keeps a buffer of claimed jobs and claims again
+  // when half of it is left; the room then left must hold a whole batch, or every claim of a
+  // drain takes half of one. Each claim stamps its jobs with one claim time.
+  auto config = test_config(schema_, "solo");
+  config.threads = 2;
+  config.batch_size = 100;
+  Client(database_url(), schema_).enqueue_copies("noop", {}, 3000);
+  RunningNode n(config, [](Node& node) { node.handle("noop", [](JobContext&) {}); });
+  ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == 3000; }, 60s));
+  // The first claims, before a run time is known, take one job per free thread; the last takes
+  // what is left.
+  EXPECT_EQ(count("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY n) FROM "
+                  "(SELECT count(*) AS n FROM job_history GROUP BY started_at) c"),
+            100)
+      << "the median claim took fewer jobs than a batch";
+}
+
 TEST_F(Worker, EveryEnqueueWakesTheLeaderWithoutWaitingForAPoll) {
   // With a one-minute poll interval only the NOTIFY can start these jobs within the deadline.
   // (The poller also checks for a notification that a claim read off the socket while it ran;
