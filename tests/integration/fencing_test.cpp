@@ -256,6 +256,19 @@ TEST_F(Fencing, ABatchOfOutcomesCompletesItsOwnJobsAloneWhereverTheirIdsLie) {
     ASSERT_EQ(jobs[i].job.id, jobs[0].job.id + static_cast<std::int64_t>(i));
   // One job inside the close batch's range is released: waiting again, its claim's outcome stale.
   detail::apply_outcomes(*conn_, {}, {}, nullptr, {released(jobs[5])});
+  // The completer's session settings (plans made once, no sequential scans).
+  pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
+  conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
+  // Which path a batch took: PostgreSQL 15 counts a scan of the primary key by a list of ids as
+  // one index scan per id, and a scan of a range as one. (Flushed first: the counts need 15.)
+  const bool counted = count("SELECT current_setting('server_version_num')::int") >= 150000;
+  auto pkey_scans = [&] {
+    if (!counted) return 0LL;
+    pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
+    return count(
+        "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelid = 'jobs_pkey'::regclass");
+  };
+  const auto scans_before = pkey_scans();
   // The close batch: 20 of the first 30 jobs, every third one left out; plus two of those left
   // out, the released one and a running one under an outcome of an older claim.
   std::vector<detail::Completion> close;
@@ -273,8 +286,15 @@ TEST_F(Fencing, ABatchOfOutcomesCompletesItsOwnJobsAloneWhereverTheirIdsLie) {
   EXPECT_EQ(detail::apply_outcomes(*conn_, close, {}, &fenced), expected.size());
   std::sort(fenced.begin(), fenced.end());
   EXPECT_EQ(fenced, (std::vector<std::int64_t>{jobs[5].job.id, jobs[8].job.id}));
+  const auto scans_close = pkey_scans();
+  if (counted) {
+    EXPECT_EQ(scans_close - scans_before, 1) << "the close batch was not read as a range";
+  }
   // The scattered batch: the first and the last of the last ten, eight running between them.
   EXPECT_EQ(detail::apply_outcomes(*conn_, {done(jobs[39]), done(jobs[30])}, {}), 2u);
+  if (counted) {
+    EXPECT_EQ(pkey_scans() - scans_close, 2) << "the scattered batch was not read by id";
+  }
   expected.push_back(jobs[30].job.id);
   expected.push_back(jobs[39].job.id);
   std::vector<std::int64_t> history;
