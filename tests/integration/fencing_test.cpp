@@ -259,9 +259,11 @@ TEST_F(Fencing, ABatchOfOutcomesCompletesItsOwnJobsAloneWhereverTheirIdsLie) {
   // The completer's session settings (plans made once, no sequential scans).
   pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
   conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
-  // Which path a batch took: PostgreSQL 15 counts a scan of the primary key by a list of ids as
-  // one index scan per id, and a scan of a range as one. (Flushed first: the counts need 15.)
-  const bool counted = count("SELECT current_setting('server_version_num')::int") >= 150000;
+  // Which path a batch took: PostgreSQL 15 and 16 count a scan of the primary key by a list of
+  // ids as one index scan per id, and a scan of a range as one. (Flushing the counts needs 15;
+  // from 17 a list's ids on one leaf page may be read in one scan, so the count tells nothing.)
+  const auto version = count("SELECT current_setting('server_version_num')::int");
+  const bool counted = version >= 150000 && version < 170000;
   auto pkey_scans = [&] {
     if (!counted) return 0LL;
     pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
