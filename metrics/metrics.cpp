@@ -267,6 +267,17 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
       cut_row_locked_(claims_cut_.Add({{"reason", "row_locked"}})),
       cut_lease_end_(claims_cut_.Add({{"reason", "lease_end"}})),
       cut_statement_timeout_(claims_cut_.Add({{"reason", "statement_timeout"}})),
+      claim_gathers_(BuildCounter()
+                         .Name("baton_claim_gathers_total")
+                         .Help("Times the leader waited --claim-gather before a claim, so that "
+                               "the claim takes what a stream of jobs brought meanwhile.")
+                         .Register(*registry_)
+                         .Add({})),
+      claim_gather_seconds_(BuildCounter()
+                                .Name("baton_claim_gather_seconds_total")
+                                .Help("Time the leader spent in those waits.")
+                                .Register(*registry_)
+                                .Add({})),
       depth_(
           BuildGauge()
               .Name("baton_queue_depth")
@@ -361,6 +372,11 @@ void Metrics::claim_cut(detail::ClaimCut reason) {
       cut_statement_timeout_.Increment();
       break;
   }
+}
+
+void Metrics::claim_gathered(double seconds) {
+  claim_gathers_.Increment();
+  claim_gather_seconds_.Increment(seconds);
 }
 
 Metrics::JobSeries& Metrics::series(std::string_view queue, std::string_view type) {

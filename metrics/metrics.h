@@ -58,6 +58,7 @@ class Metrics final : public detail::JobObserver,
   void completer_pending(std::size_t count) override;
   void claim_took(double seconds, bool found_jobs) override;
   void claim_cut(detail::ClaimCut reason) override;
+  void claim_gathered(double seconds) override;
 
   // QueueObserver
   void queue_depths(const std::vector<detail::QueueDepth>& depths) override;
@@ -144,6 +145,8 @@ class Metrics final : public detail::JobObserver,
   prometheus::Counter& cut_row_locked_;
   prometheus::Counter& cut_lease_end_;
   prometheus::Counter& cut_statement_timeout_;
+  prometheus::Counter& claim_gathers_;
+  prometheus::Counter& claim_gather_seconds_;
   prometheus::Family<prometheus::Gauge>& depth_;
   prometheus::Family<prometheus::Gauge>& oldest_;
   prometheus::Family<prometheus::Gauge>& dead_jobs_;

@@ -327,7 +327,8 @@ void Poller::gather(Run& run) {
   // A cancel the claim read off the socket: poll() would not see it.
   run.conn->get_notifs();
   pass_cancels(run);
-  const auto until = std::chrono::steady_clock::now() + config_.claim_gather;
+  const auto began = std::chrono::steady_clock::now();
+  const auto until = began + config_.claim_gather;
   // Only a stop, or a written end that lets another job be claimed (claim_freed()), ends it
   // early. The executor's wakes (a job ended, places freed) do not: a stream lacks jobs, not
   // room, and every job's end would cut the gather short. Each turn ends at a wake, a
@@ -338,6 +339,10 @@ void Poller::gather(Run& run) {
     wait(run, std::chrono::ceil<Millis>(left));
     run.conn->get_notifs();
     pass_cancels(run);
+  }
+  if (observer_ != nullptr) {
+    observer_->claim_gathered(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
   }
 }
 

@@ -228,6 +228,7 @@ class Worker : public SchemaTest {
       int batch_size = 0, std::optional<std::chrono::milliseconds> claim_gather = {}) {
     auto config = test_config(schema_, "solo");
     config.poll_interval = std::chrono::minutes(1);
+    config.metrics_listen = "127.0.0.1:0";
     if (batch_size > 0) config.batch_size = batch_size;
     if (claim_gather) config.claim_gather = *claim_gather;
     return std::make_unique<RunningNode>(
@@ -372,6 +373,13 @@ TEST_F(Worker, AStreamOfJobsIsClaimedAGatherAtATimeRatherThanAFewJobsPerRoundTri
       << "a job of the stream waited for the poll interval";
   const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
   EXPECT_GE(produced, 10 * claims) << produced << " jobs took " << claims << " claims";
+  // The operator sees the gathers: each waited its 100 ms (nothing here ends one early), and
+  // each came before a claim.
+  const auto page = scrape(n->node().metrics_address());
+  const double gathers = metric_sum(page, "baton_claim_gathers_total");
+  EXPECT_GE(gathers, 1) << page;
+  EXPECT_GE(metric_sum(page, "baton_claim_gather_seconds_total"), 0.09 * gathers) << page;
+  EXPECT_LE(gathers, metric_sum(page, "baton_claim_seconds_count")) << page;
 }
 
 TEST_F(Worker, ABacklogIsClaimedBackToBackWithoutTheGather) {
@@ -383,6 +391,8 @@ TEST_F(Worker, ABacklogIsClaimedBackToBackWithoutTheGather) {
   const auto [claims, late] = claims_and_late_ones();
   ASSERT_GE(claims, 50);
   EXPECT_LE(late * 10, claims) << late << " of " << claims << " claims came after a gather";
+  const auto page = scrape(n->node().metrics_address());
+  EXPECT_LE(metric_sum(page, "baton_claim_gathers_total") * 10, claims) << page;
 }
 
 TEST_F(Worker, OrderedPartitionsGoOnAsTheirJobsEndWithoutTheGather) {
