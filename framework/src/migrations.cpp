@@ -2,6 +2,7 @@
 // so that ten nodes starting at once migrate exactly once and the others find it done.
 #include "baton/detail/migrations.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "baton/detail/db.h"
@@ -37,7 +38,7 @@ int current_schema_version(pqxx::connection& conn, const std::string& schema) {
   return read_version(tx, schema);
 }
 
-int migrate(pqxx::connection& conn, const std::string& schema) {
+int migrate(pqxx::connection& conn, const std::string& schema, int up_to) {
   pqxx::work tx(conn);
   tx.exec_params(kLockSql, "baton.migrate/" + schema);
   const int current = read_version(tx, schema);
@@ -47,8 +48,9 @@ int migrate(pqxx::connection& conn, const std::string& schema) {
                              ", newer than this binary knows (" + std::to_string(latest) +
                              "); upgrade baton on this node before starting it");
   }
+  const int target = up_to > 0 ? std::min(up_to, latest) : latest;
   // Current already: nothing to create, so a role that owns nothing (a node's) gets no error.
-  if (current == latest) return 0;
+  if (current >= target) return 0;
   const std::string q = tx.quote_name(schema);
   tx.exec("CREATE SCHEMA IF NOT EXISTS " + q);
   detail::search_schema_only(tx, schema);  // and pg_temp last, not first
@@ -59,6 +61,7 @@ int migrate(pqxx::connection& conn, const std::string& schema) {
   int applied = 0;
   for (const auto& m : embedded_migrations()) {
     if (m.version <= current) continue;
+    if (m.version > target) break;
     tx.exec(std::string(m.sql));
     tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
                    std::string(m.name));

@@ -5,6 +5,7 @@
 
 #include "baton/detail/db.h"
 #include "baton/detail/migrations.h"
+#include "support/roles.h"
 #include "support/support.h"
 
 namespace {
@@ -66,6 +67,57 @@ TEST(Migrations, RefusesASchemaNewerThanTheBinary) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("upgrade baton"), std::string::npos) << e.what();
   }
+}
+
+TEST(Migrations, AnUpgradeLetsTheRolesThatPruneHistoryCallItsNewFunctions) {
+  // Migration 0018 moved history pruning into two functions that run with the owner's rights. A
+  // cluster whose nodes run as a role of their own had DELETE on job_history from an older
+  // release's grants: after the upgrade that role must be able to call the functions, or history
+  // stops being pruned. A role that may only read history gets nothing, nor does PUBLIC.
+  constexpr int kBefore = 17;  // the version before 0018
+  const std::string schema = unique_schema("migrate_prune_grants");
+  auto conn = detail::connect({.url = database_url(), .schema = schema});
+  ASSERT_EQ(detail::migrate(*conn, schema, kBefore), kBefore);
+  const auto node = role_name(schema, "node");
+  const auto reader = role_name(schema, "reader");
+  {
+    pqxx::nontransaction tx(*conn);
+    for (const auto& r : {node, reader})
+      tx.exec("CREATE ROLE " + tx.quote_name(r) + " LOGIN");
+    const auto history = tx.quote_name(schema) + ".job_history";
+    tx.exec("GRANT USAGE ON SCHEMA " + tx.quote_name(schema) + " TO " + tx.quote_name(node) + ", " +
+            tx.quote_name(reader));
+    tx.exec("GRANT SELECT, INSERT, DELETE ON " + history + " TO " + tx.quote_name(node));
+    tx.exec("GRANT SELECT ON " + history + " TO " + tx.quote_name(reader));
+  }
+  EXPECT_EQ(detail::migrate(*conn, schema), detail::latest_schema_version() - kBefore);
+  for (const char* fn : {"prune_history(bigint, integer)", "summarize_history(bigint, integer)"}) {
+    const auto may = [&](const std::string& role) {
+      pqxx::nontransaction tx(*conn);
+      return tx
+          .exec_params("SELECT has_function_privilege($1, $2, 'EXECUTE')", role,
+                       tx.quote_name(schema) + "." + fn)[0][0]
+          .as<bool>();
+    };
+    EXPECT_TRUE(may(node)) << fn;
+    EXPECT_FALSE(may(reader)) << fn;
+    pqxx::nontransaction tx(*conn);
+    EXPECT_EQ(tx.exec_params("SELECT count(*) FROM pg_catalog.pg_proc p, "
+                             "pg_catalog.aclexplode(p.proacl) a WHERE p.oid = $1::regprocedure "
+                             "AND a.grantee = 0",
+                             tx.quote_name(schema) + "." + fn)[0][0]
+                  .as<int>(),
+              0)
+        << fn << " is granted to PUBLIC";
+  }
+  // The node's role prunes; the reader's is refused.
+  pqxx::connection as_node(url_as(node));
+  EXPECT_NO_THROW(pqxx::nontransaction(as_node).exec("SELECT " + as_node.quote_name(schema) +
+                                                     ".prune_history(3600000, 10)"));
+  pqxx::connection as_reader(url_as(reader));
+  EXPECT_THROW(pqxx::nontransaction(as_reader).exec("SELECT " + as_reader.quote_name(schema) +
+                                                    ".prune_history(3600000, 10)"),
+               pqxx::insufficient_privilege);
 }
 
 TEST(Migrations, AMissingSchemaSaysHowToCreateIt) {

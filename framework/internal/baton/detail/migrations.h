@@ -9,9 +9,10 @@ namespace baton::detail {
 int latest_schema_version();
 
 // Applies every missing migration under a transaction-level advisory lock keyed on the schema,
-// each in its own transaction with its row in schema_migrations. Returns how many it applied
+// all in one transaction, each with its row in schema_migrations. Returns how many it applied
 // (0 when current). Throws std::runtime_error when the database is newer than this binary.
-int migrate(pqxx::connection& conn, const std::string& schema);
+// `up_to` > 0 stops after that version (a test's schema as an older release left it).
+int migrate(pqxx::connection& conn, const std::string& schema, int up_to = 0);
 
 // The schema's applied version (0 when baton was never installed there).
 int current_schema_version(pqxx::connection& conn, const std::string& schema);
