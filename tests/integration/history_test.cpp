@@ -6,7 +6,9 @@
 #include <regex>
 #include <string>
 
+#include "baton/detail/migrations.h"
 #include "support/node_runner.h"
+#include "support/roles.h"
 #include "support/schema_test.h"
 #include "support/support.h"
 
@@ -247,6 +249,48 @@ TEST_F(History, APruneGoesOnWhileAVacuumHoldsHistoryAndTheSummariesWait) {
   }
   EXPECT_EQ(count("SELECT summarize_history(1, 4)"), 0);
   EXPECT_EQ(count("SELECT count(*) FROM history_pruned_ranges WHERE NOT again"), 0);
+}
+
+// The schema's owner need not be a superuser: the two functions run with its rights, which
+// must be enough to delete history, record the ranges, and summarize the index (PostgreSQL lets
+// only the index's owner summarize it). The tests above migrate as a superuser. Here an owner
+// role without superuser migrates, and a node's role under the documented grants prunes.
+TEST(HistoryOwner, AnOwnerThatIsNotASuperuserPrunesAndSummarizesForANodeRole) {
+  const std::string schema = unique_schema("history_owner");
+  const auto owner = role_name(schema, "owner");
+  const auto node = role_name(schema, "node");
+  auto admin = connect("public");
+  {
+    pqxx::nontransaction tx(*admin);
+    for (const auto& r : {owner, node})
+      tx.exec("CREATE ROLE " + tx.quote_name(r) + " LOGIN");
+    const auto db = tx.exec("SELECT current_database()")[0][0].as<std::string>();
+    tx.exec("GRANT CREATE ON DATABASE " + tx.quote_name(db) + " TO " + tx.quote_name(owner));
+  }
+  auto as_owner = connect(schema, url_as(owner));
+  baton::detail::migrate(*as_owner, schema);
+  {
+    pqxx::nontransaction tx(*as_owner);
+    ASSERT_FALSE(
+        tx.exec("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0][0].as<bool>());
+    tx.exec(documented_block("security.md", "grants", "baton_node", schema, node));
+    tx.exec(
+        "INSERT INTO job_history (id, queue, type, payload, priority, attempts, created_at, "
+        "run_at, finished_at, outcome) SELECT i, 'q', 't', '{}', 0, 1, now(), now(), now() - "
+        "CASE WHEN i <= 100 THEN interval '2 hours' ELSE interval '1 minute' END, "
+        "'completed' FROM generate_series(1, 110) i");
+  }
+  auto as_node = connect(schema, url_as(node));
+  {
+    pqxx::nontransaction tx(*as_node);
+    EXPECT_EQ(tx.exec("SELECT prune_history(3600000, 1000)")[0][0].as<long long>(), 100);
+    EXPECT_EQ(tx.exec("SELECT summarize_history(0, 4)")[0][0].as<long long>(), 0);
+  }
+  pqxx::nontransaction tx(*as_owner);
+  EXPECT_EQ(tx.exec("SELECT count(*) FROM job_history")[0][0].as<int>(), 10);
+  EXPECT_EQ(tx.exec("SELECT count(*) FROM history_pruned_ranges WHERE NOT again")[0][0].as<int>(),
+            0)
+      << "the pruned ranges were not summarized";
 }
 
 }  // namespace
