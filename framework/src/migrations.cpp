@@ -2,7 +2,6 @@
 // so that ten nodes starting at once migrate exactly once and the others find it done.
 #include "baton/detail/migrations.h"
 
-#include <algorithm>
 #include <stdexcept>
 
 #include "baton/detail/db.h"
@@ -48,7 +47,12 @@ int migrate(pqxx::connection& conn, const std::string& schema, int up_to) {
                              ", newer than this binary knows (" + std::to_string(latest) +
                              "); upgrade baton on this node before starting it");
   }
-  const int target = up_to > 0 ? std::min(up_to, latest) : latest;
+  if (up_to > latest) {
+    throw std::invalid_argument("migrate: version " + std::to_string(up_to) +
+                                " is newer than this binary knows (" + std::to_string(latest) +
+                                ")");
+  }
+  const int target = up_to > 0 ? up_to : latest;
   // Current already: nothing to create, so a role that owns nothing (a node's) gets no error.
   if (current >= target) return 0;
   const std::string q = tx.quote_name(schema);

@@ -73,7 +73,8 @@ TEST(Migrations, AnUpgradeLetsTheRolesThatPruneHistoryCallItsNewFunctions) {
   // Migration 0018 moved history pruning into two functions that run with the owner's rights. A
   // cluster whose nodes run as a role of their own had DELETE on job_history from an older
   // release's grants: after the upgrade that role must be able to call the functions, or history
-  // stops being pruned. A role that may only read history gets nothing, nor does PUBLIC.
+  // stops being pruned. A role that may read and add history but not delete it gets nothing,
+  // nor does PUBLIC.
   constexpr int kBefore = 17;  // the version before 0018
   const std::string schema = unique_schema("migrate_prune_grants");
   auto conn = detail::connect({.url = database_url(), .schema = schema});
@@ -88,7 +89,7 @@ TEST(Migrations, AnUpgradeLetsTheRolesThatPruneHistoryCallItsNewFunctions) {
     tx.exec("GRANT USAGE ON SCHEMA " + tx.quote_name(schema) + " TO " + tx.quote_name(node) + ", " +
             tx.quote_name(reader));
     tx.exec("GRANT SELECT, INSERT, DELETE ON " + history + " TO " + tx.quote_name(node));
-    tx.exec("GRANT SELECT ON " + history + " TO " + tx.quote_name(reader));
+    tx.exec("GRANT SELECT, INSERT ON " + history + " TO " + tx.quote_name(reader));
   }
   EXPECT_EQ(detail::migrate(*conn, schema), detail::latest_schema_version() - kBefore);
   for (const char* fn : {"prune_history(bigint, integer)", "summarize_history(bigint, integer)"}) {

@@ -46,8 +46,8 @@ class JobObserver : public virtual ErrorObserver {
   virtual void claim_took(double seconds, bool found_jobs) = 0;
   // A claim ended without an answer (see ClaimCut); its jobs stay in the queue.
   virtual void claim_cut(ClaimCut reason) = 0;
-  // The poller waited `seconds` (up to --claim-gather) before its next claim, so that the claim
-  // takes what a stream of jobs brought meanwhile.
+  // The poller waited `seconds` (about --claim-gather, less when ended early) before its next
+  // claim, so that the claim takes what a stream of jobs brought meanwhile.
   virtual void claim_gathered(double seconds) { static_cast<void>(seconds); }
 };
 
