@@ -374,7 +374,7 @@ TEST_F(Worker, AStreamOfJobsIsClaimedAGatherAtATimeRatherThanAFewJobsPerRoundTri
   const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
   EXPECT_GE(produced, 10 * claims) << produced << " jobs took " << claims << " claims";
   // The operator sees the gathers: each waited its 100 ms (nothing here ends one early; counted
-  // in seconds, not in milliseconds), and each came before a claim that found jobs.
+  // in seconds, not in milliseconds), and each followed a claim that found jobs.
   const auto page = scrape(n->node().metrics_address());
   const double gathers = metric_sum(page, "baton_claim_gathers_total");
   EXPECT_GE(gathers, 1) << page;
