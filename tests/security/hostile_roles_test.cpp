@@ -169,10 +169,95 @@ TEST_F(HostileRoles, EverySecurityDefinerFunctionSearchesOnlyBatonsSchemaThenPgT
       schema_);
   ASSERT_GE(rows.size(), 5u) << "enqueue, enqueue_many, cancel, job_status, job_id_by_key";
   for (const auto& r : rows) {
+    // enqueue alone runs on its caller's path, naming everything it uses (migration 0019; the
+    // next test is the attack on that).
+    if (std::string(r[0].c_str()) == "enqueue") {
+      EXPECT_EQ(std::string(r[1].c_str()), "");
+      continue;
+    }
     // Other settings (summarize_history's lock_timeout) may stand beside it.
     EXPECT_EQ(std::string(r[1].c_str()), "search_path=" + schema_ + ", pg_temp")
         << r[0].c_str() << " runs as its owner without a safe search_path";
   }
+}
+
+TEST_F(HostileRoles, AProducersOwnSearchPathNeverRunsItsObjectsInEnqueue) {
+  // enqueue runs as the owner on the caller's search_path. The producer puts a schema of its own
+  // before pg_catalog on that path, with operators, functions and a collation named as the ones
+  // enqueue's common job uses, and types named as its types in pg_temp (searched first for
+  // types). Each planted function raises, naming the role it ran as.
+  const std::string planted = schema_ + "_mine";
+  pqxx::nontransaction(*db_).exec("CREATE SCHEMA " + planted + " AUTHORIZATION " + producer_);
+  auto producer = as(producer_);
+  pqxx::nontransaction tx(*producer);
+  tx.exec("SET search_path = " + planted + ", pg_catalog");
+  tx.exec("CREATE FUNCTION " + planted +
+          ".boom() RETURNS boolean LANGUAGE plpgsql AS $f$BEGIN RAISE EXCEPTION 'planted code "
+          "ran as %', current_user; END$f$");
+  int n = 0;
+  for (const auto& [left, op, right, result] :
+       {std::tuple{"text", "=", "text", "boolean"}, std::tuple{"text", "||", "text", "text"},
+        std::tuple{"text", "~", "text", "boolean"},
+        std::tuple{"integer", ">=", "integer", "boolean"},
+        std::tuple{"integer", "<=", "integer", "boolean"},
+        std::tuple{"integer", "<", "integer", "boolean"},
+        std::tuple{"integer", ">", "integer", "boolean"},
+        std::tuple{"integer", "=", "integer", "boolean"},
+        std::tuple{"bigint", ">", "bigint", "boolean"},
+        std::tuple{"double precision", "*", "double precision", "double precision"}}) {
+    const std::string f = planted + ".op_" + std::to_string(++n);
+    tx.exec(std::string("CREATE FUNCTION ") + f + "(" + left + ", " + right + ") RETURNS " +
+            result + " LANGUAGE sql AS $f$SELECT CASE WHEN " + planted +
+            ".boom() THEN NULL END::" + result + "$f$");
+    tx.exec(std::string("CREATE OPERATOR ") + planted + "." + op + " (LEFTARG = " + left +
+            ", RIGHTARG = " + right + ", FUNCTION = " + f + ")");
+  }
+  for (const auto& [name, args, result] :
+       {std::tuple{"octet_length", "text", "integer"}, std::tuple{"now", "", "timestamptz"},
+        std::tuple{"random", "", "double precision"},
+        std::tuple{"floor", "double precision", "double precision"},
+        std::tuple{"hashtextextended", "text, bigint", "bigint"},
+        std::tuple{"pg_notify", "text, text", "void"},
+        std::tuple{"pg_try_advisory_xact_lock_shared", "bigint", "boolean"}}) {
+    tx.exec(std::string("CREATE FUNCTION ") + planted + "." + name + "(" + args + ") RETURNS " +
+            result + " LANGUAGE plpgsql AS $f$BEGIN PERFORM " + planted + ".boom(); END$f$");
+  }
+  // Nondeterministic: a regular expression under it is an error, and a hash differs.
+  tx.exec("CREATE COLLATION " + planted +
+          ".\"C\" (provider = icu, locale = 'und-u-ks-level2', deterministic = false)");
+  for (const char* type : {"text", "int8", "int4", "bool", "float8", "jsonb"}) {
+    tx.exec(std::string("CREATE DOMAIN pg_temp.") + type + " AS pg_catalog." + type + " CHECK (" +
+            planted + ".boom())");
+  }
+  // The attack is live: the producer's own SQL runs the planted code.
+  EXPECT_THROW(tx.exec("SELECT 'a'::pg_catalog.text = 'a'::pg_catalog.text"), pqxx::sql_error);
+  EXPECT_THROW(tx.exec("SELECT 'a'::text"), pqxx::sql_error);
+
+  // The common job, again and again (from plans cached on this path), on two shards (a wake key
+  // of shard 1 ends in "#1": eight jobs miss shard 1 once in 256 runs), with each option that
+  // has a value of its own, and once with a leader asleep on the wake keys (the NOTIFY).
+  pqxx::nontransaction(*db_).exec("UPDATE " + q("settings") +
+                                  " SET value = '2' WHERE key = 'shards'");
+  const std::string call = "SELECT " + q("enqueue") + "('default', 'noop', '{\"a\": 1}'";
+  for (int i = 0; i < 8; ++i)
+    EXPECT_GT(tx.exec(call + ")")[0][0].as<std::int64_t>(), 0);
+  EXPECT_GT(tx.exec(call + ", 5, pg_catalog.now(), 3, timeout_ms => 0)")[0][0].as<std::int64_t>(),
+            0);
+  auto leader = connect(schema_);
+  pqxx::nontransaction(*leader).exec_params("SELECT pg_advisory_lock(hashtextextended($1, 0))",
+                                            schema_ + "_jobs/*");
+  EXPECT_GT(tx.exec(call + ")")[0][0].as<std::int64_t>(), 0);
+  // A name the checks refuse is still refused, with the checks' message.
+  std::string error;
+  try {
+    tx.exec("SELECT " + q("enqueue") + "('bad name', 'noop')");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("queue name 'bad name' is not allowed"), std::string::npos) << error;
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 10);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE shard IN (0, 1) AND timeout_ms IS NULL"), 10);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE priority = 5 AND max_attempts = 3"), 1);
 }
 
 TEST_F(HostileRoles, NoRoleCallsABatonFunctionWithoutAGrant) {
