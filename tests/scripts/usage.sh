@@ -6,7 +6,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 scripts=(scripts/demo scripts/fuzz scripts/lint scripts/package scripts/pg scripts/setup
   scripts/test bench/run bench/peers/run bench/latency_path bench/cpu_split bench/enqueue_cost
-  bench/producer_overload bench/producers_split bench/claim_gather bench/build_ab bench/history_index)
+  bench/producer_overload bench/producers_split bench/claim_gather bench/build_ab bench/history_index
+  bench/enqueue_instructions)
 failed=0
 fail() { echo "FAIL $1: $2"; failed=1; }
 for s in "${scripts[@]}"; do
@@ -31,7 +32,8 @@ valid_first=("scripts/demo --short" "scripts/fuzz 5" "scripts/package --install-
   "scripts/setup --package" "scripts/test --asan" "bench/run --quick" "bench/peers/run --rounds 1"
   "bench/latency_path --samples 4000" "bench/cpu_split --jobs 1000" "bench/enqueue_cost --parse"
   "bench/producer_overload --rounds 1" "bench/producers_split --rounds 1"
-  "bench/claim_gather --gathers 0,2" "bench/build_ab --rounds 1" "bench/history_index --rounds 1")
+  "bench/claim_gather --gathers 0,2" "bench/build_ab --rounds 1" "bench/history_index --rounds 1"
+  "bench/enqueue_instructions --calls 10")
 for entry in "${valid_first[@]}"; do
   read -r s first_arg <<<"$entry"
   out=$("$root/$s" $first_arg --no-such-option 2>&1 >/dev/null)
