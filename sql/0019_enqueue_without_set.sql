@@ -2,8 +2,8 @@
 -- clause puts the setting back when it returns by visiting every configuration variable the
 -- server has, a few hundred structures in as many cache lines. Measured with cachegrind on one
 -- backend (docs/performance.md): that walk was 3,400 instructions and 417 first-level cache
--- misses of each call. Alone they are cheap; under 32 producers on two cores, whose caches every
--- switch of process empties, each miss is a trip to memory.
+-- misses of each call. Alone they are cheap; under 32 producers on two cores, where each switch
+-- of process leaves the caches to others, each miss goes farther.
 --
 -- enqueue still runs as its owner. Without a search_path of its own it runs on the caller's, so
 -- its common job names everything with its schema: tables, functions, every operator as

@@ -188,6 +188,9 @@ TEST_F(HostileRoles, AProducersOwnSearchPathNeverRunsItsObjectsInEnqueue) {
   // types). Each planted function raises, naming the role it ran as.
   const std::string planted = schema_ + "_mine";
   pqxx::nontransaction(*db_).exec("CREATE SCHEMA " + planted + " AUTHORIZATION " + producer_);
+  // Counts the producer's calls of PL/pgSQL functions: the common job must not reach
+  // enqueue_checked (where baton's own search_path would hide a slip in the common job).
+  pqxx::nontransaction(*db_).exec("ALTER ROLE " + producer_ + " SET track_functions = 'pl'");
   auto producer = as(producer_);
   pqxx::nontransaction tx(*producer);
   tx.exec("SET search_path = " + planted + ", pg_catalog");
@@ -204,6 +207,8 @@ TEST_F(HostileRoles, AProducersOwnSearchPathNeverRunsItsObjectsInEnqueue) {
         std::tuple{"integer", ">", "integer", "boolean"},
         std::tuple{"integer", "=", "integer", "boolean"},
         std::tuple{"bigint", ">", "bigint", "boolean"},
+        std::tuple{"integer", ">", "bigint", "boolean"},
+        std::tuple{"text", "||", "integer", "text"},
         std::tuple{"double precision", "*", "double precision", "double precision"}}) {
     const std::string f = planted + ".op_" + std::to_string(++n);
     tx.exec(std::string("CREATE FUNCTION ") + f + "(" + left + ", " + right + ") RETURNS " +
@@ -225,7 +230,8 @@ TEST_F(HostileRoles, AProducersOwnSearchPathNeverRunsItsObjectsInEnqueue) {
   // Nondeterministic: a regular expression under it is an error, and a hash differs.
   tx.exec("CREATE COLLATION " + planted +
           ".\"C\" (provider = icu, locale = 'und-u-ks-level2', deterministic = false)");
-  for (const char* type : {"text", "int8", "int4", "bool", "float8", "jsonb"}) {
+  for (const char* type :
+       {"text", "int8", "int4", "int2", "bool", "float8", "jsonb", "timestamptz"}) {
     tx.exec(std::string("CREATE DOMAIN pg_temp.") + type + " AS pg_catalog." + type + " CHECK (" +
             planted + ".boom())");
   }
@@ -239,14 +245,66 @@ TEST_F(HostileRoles, AProducersOwnSearchPathNeverRunsItsObjectsInEnqueue) {
   pqxx::nontransaction(*db_).exec("UPDATE " + q("settings") +
                                   " SET value = '2' WHERE key = 'shards'");
   const std::string call = "SELECT " + q("enqueue") + "('default', 'noop', '{\"a\": 1}'";
+  // (Its oid read here: on the producer's path, the type names of its signature are the
+  // producer's domains.)
+  const std::string checked_oid = [&] {
+    pqxx::nontransaction own(*db_);
+    return std::string(
+        own.exec("SELECT " +
+                 own.quote(q("enqueue_checked(text, text, jsonb, integer, timestamptz, integer, "
+                             "text, text, integer)")) +
+                 "::regprocedure::oid")[0][0]
+            .c_str());
+  }();
+  const auto checked_calls = [&] {
+    return tx
+        .exec("SELECT pg_catalog.pg_stat_get_xact_function_calls(" + checked_oid +
+              "::pg_catalog.oid)")[0][0]
+        .as<std::int64_t>(0);
+  };
+  tx.exec("BEGIN");
   for (int i = 0; i < 8; ++i)
     EXPECT_GT(tx.exec(call + ")")[0][0].as<std::int64_t>(), 0);
   EXPECT_GT(tx.exec(call + ", 5, pg_catalog.now(), 3, timeout_ms => 0)")[0][0].as<std::int64_t>(),
             0);
-  auto leader = connect(schema_);
-  pqxx::nontransaction(*leader).exec_params("SELECT pg_advisory_lock(hashtextextended($1, 0))",
-                                            schema_ + "_jobs/*");
+  EXPECT_EQ(checked_calls(), 0) << "the common job went the other way";
+  // The counter works: a job with an idempotency key does go there.
+  EXPECT_GT(tx.exec(call + ", idempotency_key => 'k')")[0][0].as<std::int64_t>(), 0);
+  EXPECT_EQ(checked_calls(), 1);
+  tx.exec("COMMIT");
+  // A leader asleep on the wake keys of shards 0 and 1 is woken: the keys the common job tries
+  // are the leader's, and the NOTIFY goes out.
+  pqxx::connection leader(
+      url_as(std::string(pqxx::nontransaction(*db_).exec("SELECT current_user")[0][0].c_str())));
+  struct Seen : pqxx::notification_receiver {
+    using pqxx::notification_receiver::notification_receiver;
+    void operator()(const std::string&, int) override { ++count; }
+    int count = 0;
+  } wakes(leader, schema_ + "_jobs");
+  pqxx::nontransaction(leader).exec_params(
+      "SELECT pg_advisory_lock(hashtextextended($1, 0)), pg_advisory_lock(hashtextextended($2, 0))",
+      schema_ + "_jobs/*", schema_ + "_jobs/*#1");
   EXPECT_GT(tx.exec(call + ")")[0][0].as<std::int64_t>(), 0);
+  EXPECT_TRUE(wait_for(
+      [&] {
+        leader.get_notifs();
+        return wakes.count >= 1;
+      },
+      std::chrono::seconds(10)))
+      << "the common job took a wake key no leader holds";
+  // And a leader of the queue 'default' alone, asleep on that queue's keys.
+  pqxx::nontransaction(leader).exec_params(
+      "SELECT pg_advisory_unlock_all(), pg_advisory_lock(hashtextextended($1, 0)), "
+      "pg_advisory_lock(hashtextextended($2, 0))",
+      schema_ + "_jobs/default", schema_ + "_jobs/default#1");
+  EXPECT_GT(tx.exec(call + ")")[0][0].as<std::int64_t>(), 0);
+  EXPECT_TRUE(wait_for(
+      [&] {
+        leader.get_notifs();
+        return wakes.count >= 2;
+      },
+      std::chrono::seconds(10)))
+      << "the common job took a queue's wake key no leader holds";
   // A name the checks refuse is still refused, with the checks' message.
   std::string error;
   try {
@@ -255,8 +313,8 @@ TEST_F(HostileRoles, AProducersOwnSearchPathNeverRunsItsObjectsInEnqueue) {
     error = e.what();
   }
   EXPECT_NE(error.find("queue name 'bad name' is not allowed"), std::string::npos) << error;
-  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 10);
-  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE shard IN (0, 1) AND timeout_ms IS NULL"), 10);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 12);
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE shard IN (0, 1) AND timeout_ms IS NULL"), 12);
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE priority = 5 AND max_attempts = 3"), 1);
 }
 
