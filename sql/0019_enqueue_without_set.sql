@@ -10,9 +10,9 @@
 -- OPERATOR(pg_catalog.x) on types that pg_catalog matches exactly, every type and the collation.
 -- NULLIF and BETWEEN are spelled out (PostgreSQL looks their operators up by name). The SQL
 -- functions it inlines, whose bodies are read on the caller's path too, do the same:
--- common_job_ok (new), leader_busy and shard_of (rewritten, the same results), and
--- max_payload_bytes() and shard_count_constant(), whose bodies are a cast literal. Any other job goes on to
--- enqueue_checked, 0017's body unchanged, under baton's search_path as before.
+-- common_job_ok (new), name_ok, leader_busy and shard_of (rewritten, the same results), and
+-- max_payload_bytes() and shard_count_constant(), whose bodies are a cast literal. Any other
+-- job goes on to enqueue_checked, 0017's body unchanged, under baton's search_path as before.
 
 DO $migration$
 DECLARE
@@ -125,6 +125,16 @@ LANGUAGE sql VOLATILE AS $f$
   END
 $f$;
 
+-- name_ok (0014) with its operators and collation named: common_job_ok inlines it on the
+-- caller's search_path. The same rule.
+CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.name_ok(name text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $f$
+  SELECT name IS NOT NULL
+     AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.>=) 1
+     AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 64
+     AND name COLLATE pg_catalog."C" OPERATOR(pg_catalog.~) '^[A-Za-z0-9][-A-Za-z0-9_.:]*$'
+$f$;
+
 -- Whether a job without a partition key or an idempotency key passes every check of enqueue
 -- (name_ok for its queue and type, the payload limit, the ranges; a NULL option passes, as it
 -- takes its default). Plain SQL with every operator, type and collation named, inlined into
@@ -135,13 +145,7 @@ CREATE FUNCTION _BATON_SCHEMA_.common_job_ok(queue text, type text, payload json
                                              max_attempts int, timeout_ms int)
 RETURNS boolean
 LANGUAGE sql STABLE AS $f$
-  SELECT queue IS NOT NULL AND type IS NOT NULL
-     AND pg_catalog.octet_length(queue) OPERATOR(pg_catalog.>=) 1
-     AND pg_catalog.octet_length(queue) OPERATOR(pg_catalog.<=) 64
-     AND queue COLLATE pg_catalog."C" OPERATOR(pg_catalog.~) '^[A-Za-z0-9][-A-Za-z0-9_.:]*$'
-     AND pg_catalog.octet_length(type) OPERATOR(pg_catalog.>=) 1
-     AND pg_catalog.octet_length(type) OPERATOR(pg_catalog.<=) 64
-     AND type COLLATE pg_catalog."C" OPERATOR(pg_catalog.~) '^[A-Za-z0-9][-A-Za-z0-9_.:]*$'
+  SELECT _BATON_SCHEMA_.name_ok(queue) AND _BATON_SCHEMA_.name_ok(type)
      AND (pg_catalog.octet_length(coalesce(payload, '{}')::pg_catalog.text)
             OPERATOR(pg_catalog.>) _BATON_SCHEMA_.max_payload_bytes()
           OR priority OPERATOR(pg_catalog.<) -32768 OR priority OPERATOR(pg_catalog.>) 32767
@@ -150,7 +154,8 @@ LANGUAGE sql STABLE AS $f$
           OR timeout_ms OPERATOR(pg_catalog.>) 2000000000) IS NOT TRUE
 $f$;
 
--- The common job as 0017 inserted it: the same row, shard and wake keys. Nothing in it is looked up on the caller's search_path.
+-- The common job as 0017 inserted it: the same row, shard and wake keys. Nothing in it is
+-- looked up on the caller's search_path.
 CREATE OR REPLACE FUNCTION _BATON_SCHEMA_.enqueue(
     queue text, type text, payload jsonb DEFAULT '{}', priority int DEFAULT 0,
     run_at timestamptz DEFAULT NULL, max_attempts int DEFAULT 10, partition_key text DEFAULT NULL,
