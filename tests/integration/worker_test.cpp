@@ -356,23 +356,40 @@ TEST_F(Worker, EveryEnqueueWakesTheLeaderWithoutWaitingForAPoll) {
 
 TEST_F(Worker, AStreamOfJobsIsClaimedAGatherAtATimeRatherThanAFewJobsPerRoundTrip) {
   // While jobs stream in, the leader waits claim_gather between claims, so that each claim takes
-  // what arrived meanwhile. One producer enqueues as fast as it can for a second: claims that
-  // went again at once would take a job or two each (what arrived during a round trip);
-  // gathered for 100 ms, the second's ten or so claims take many each. A claim's jobs share
-  // their started_at (the claim's transaction time).
+  // what arrived meanwhile. A stream is what comes faster than the leader's claims: four
+  // producers enqueue as fast as they can for a second. (One was not enough under a sanitizer:
+  // its enqueues came about as often as the leader's claims, each claim found a job or none,
+  // and that is jobs coming one at a time, which never gather.) Claims that went again at once
+  // would take a few jobs each (what arrived during a round trip); gathered for 100 ms, the
+  // second's ten or so claims take many each. A claim's jobs share their started_at (the
+  // claim's transaction time).
   const auto n = sleepy_noop_leader(0, 100ms);
   ASSERT_TRUE(wait_for([&] { return count(kLeading) == 1; }, 20s));
-  Client client(database_url(), schema_);
-  int produced = 0;
+  constexpr int kProducers = 4;
+  std::atomic<int> produced{0};
+  std::vector<std::thread> producers;
   const auto until = std::chrono::steady_clock::now() + 1s;
-  while (std::chrono::steady_clock::now() < until && produced < 100'000) {
-    client.enqueue("noop", {{"i", produced}});
-    ++produced;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      Client client(database_url(), schema_);
+      for (int i = 0; i < 100'000 && std::chrono::steady_clock::now() < until; ++i) {
+        client.enqueue("noop", {{"p", p}, {"i", i}});
+        produced.fetch_add(1);
+      }
+    });
   }
+  for (auto& t : producers)
+    t.join();
   ASSERT_TRUE(wait_for([&] { return count("SELECT count(*) FROM job_history") == produced; }, 30s))
       << "a job of the stream waited for the poll interval";
   const auto claims = count("SELECT count(DISTINCT started_at) FROM job_history");
-  EXPECT_GE(produced, 10 * claims) << produced << " jobs took " << claims << " claims";
+  EXPECT_GE(produced, 10 * claims)
+      << produced << " jobs took " << claims << " claims, of (in time order) "
+      << pqxx::nontransaction(*db_)
+             .exec1(
+                 "SELECT string_agg(n::text, ' ' ORDER BY t) FROM (SELECT started_at AS t, "
+                 "count(*) AS n FROM job_history GROUP BY 1) c")[0]
+             .as<std::string>();
   // The operator sees the gathers: each waited its 100 ms (nothing here ends one early; counted
   // in seconds, not in milliseconds), and each followed a claim that found jobs.
   const auto page = scrape(n->node().metrics_address());
