@@ -1,6 +1,7 @@
 // bench/throughput: issue 10's figures on a local cluster. Prints a table and one JSON object per
 // figure (`"bench"` is enqueue, drain, cpu, memory, backlog, sleep_jobs or latency).
-//   enqueue     single sequential enqueues on one connection; batches of 1,000 and 10,000
+//   enqueue     single sequential enqueues on one connection; batches of 1,000 and 10,000;
+//               COPY of 1,000 rows a statement into the same table, the batches' floor
 //   drain       N queued no-op jobs drained by 1 leader + 2 passive batond processes
 //   cpu         the leader's CPU time (user + system) per 1,000 jobs of that drain
 //   memory      the leader's peak resident set (VmHWM) during that drain
@@ -33,6 +34,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -187,8 +189,11 @@ class Bench {
   }
 
   struct EnqueueRates {
-    double single = 0, batch_1000 = 0, batch_10000 = 0;
+    double single = 0, batch_1000 = 0, batch_10000 = 0, copy_1000 = 0;
   };
+  // Batches of 1,000 and their floor, COPY of 1,000 rows a statement into the same table, are
+  // timed in the order COPY, batches, batches, COPY, each from an empty table, and each figure is
+  // the mean of its two: a machine that slows over the half minute weighs on both alike.
   EnqueueRates enqueue() {
     EnqueueRates out;
     baton::Client client(url_, schema_);
@@ -197,19 +202,41 @@ class Bench {
     for (int i = 0; i < kSingle; ++i)
       client.enqueue("noop", nlohmann::json::object());
     out.single = kSingle / std::chrono::duration<double>(Clock::now() - t0).count();
-    for (int batch : {1000, 10000}) {
+    auto batches = [&](int batch) {
       std::vector<nlohmann::json> payloads(static_cast<std::size_t>(batch),
                                            nlohmann::json{{"n", 1}});
-      const int rounds = 200'000 / batch;
-      t0 = Clock::now();
+      const int rounds = kRows / batch;
+      exec("TRUNCATE jobs");
+      const auto start = Clock::now();
       for (int r = 0; r < rounds; ++r)
         client.enqueue_many("noop", payloads);
-      (batch == 1000 ? out.batch_1000 : out.batch_10000) =
-          rounds * batch / std::chrono::duration<double>(Clock::now() - t0).count();
-    }
+      return rounds * batch / std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    out.copy_1000 = copy(1000) / 2;
+    out.batch_1000 = batches(1000) / 2;
+    out.batch_1000 += batches(1000) / 2;
+    out.copy_1000 += copy(1000) / 2;
+    out.batch_10000 = batches(10000);
     exec("TRUNCATE jobs");
     return out;
   }
+  // kRows jobs by COPY, `per` rows a statement, each statement committing on its own (as a batch
+  // enqueue does): the table's indexes and column defaults, none of enqueue's checks or wake-ups.
+  double copy(int per) {
+    exec("TRUNCATE jobs");
+    const std::vector<std::string> columns{"queue", "type", "payload"};
+    const auto row = std::make_tuple("default", "noop", R"({"n": 1})");
+    const auto start = Clock::now();
+    for (int done = 0; done < kRows; done += per) {
+      pqxx::nontransaction tx(*db_);
+      pqxx::stream_to stream(tx, schema_ + ".jobs", columns);
+      for (int i = 0; i < per; ++i)
+        stream << row;
+      stream.complete();
+    }
+    return kRows / std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  static constexpr int kRows = 200'000;
 
   struct Drained {
     double rate = 0;
@@ -379,12 +406,13 @@ void report(Bench& b, const Options& o) {
     std::fflush(stdout);
   };
   if (o.wants("enqueue")) {
-    std::vector<double> single, b1k, b10k;
+    std::vector<double> single, b1k, b10k, copy1k;
     for (std::size_t r = 0; r < runs; ++r) {
       const auto e = b.enqueue();
       single.push_back(e.single);
       b1k.push_back(e.batch_1000);
       b10k.push_back(e.batch_10000);
+      copy1k.push_back(e.copy_1000);
     }
     line("enqueue, single, sequential", spread(single, 0) + " jobs/s");
     figure("enqueue", {{"mode", "single"}, {"jobs_per_s", median(single)}, {"runs", single}});
@@ -394,6 +422,13 @@ void report(Bench& b, const Options& o) {
     line("enqueue, batches of 10,000", spread(b10k, 0) + " jobs/s");
     figure("enqueue",
            {{"mode", "batch"}, {"batch", 10000}, {"jobs_per_s", median(b10k)}, {"runs", b10k}});
+    line("COPY, 1,000 rows a statement", spread(copy1k, 0) + " rows/s");
+    figure("enqueue",
+           {{"mode", "copy"}, {"batch", 1000}, {"jobs_per_s", median(copy1k)}, {"runs", copy1k}});
+    std::vector<double> share;
+    for (std::size_t r = 0; r < runs; ++r)
+      share.push_back(b1k[r] / copy1k[r]);
+    line("batches of 1,000 / COPY", spread(share, 2));
   }
   double base = 0;
   if (o.wants("drain")) {
