@@ -509,6 +509,18 @@ TEST_F(SqlApi, TheClientsTypedColumnsFollowTheRulesOfEnqueueMany) {
     const auto json = message([&] { client.enqueue_objects(nlohmann::json::array({job})); });
     EXPECT_NE(typed, "accepted");
     EXPECT_EQ(typed, json);
+    // Behind a good job, in a batch (a single job goes to enqueue; a batch to enqueue_columns,
+    // whose first pass must see every kind of problem).
+    const auto second = message([&] {
+      client.enqueue_batch({{"noop", {}, EnqueueOptions{}}, {c.type, c.payload, c.options}});
+    });
+    EXPECT_EQ(second, json);
+  }
+  {
+    // Payloads each within the limit are taken however much they weigh together.
+    const nlohmann::json near = {{"s", std::string(900, 'x')}};
+    EXPECT_EQ(client.enqueue_many("noop", {near, near, near}).size(), 3U);
+    pqxx::nontransaction(*db_).exec("DELETE FROM jobs");
   }
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0) << "a refused batch leaves nothing behind";
   // In a batch, the first job with a problem is the one reported, both ways.
