@@ -108,9 +108,8 @@ BEGIN
                                      shard)
     SELECT i.queue, i.type, i.payload, i.priority, i.run_at, i.max_attempts, i.partition_key,
            CASE WHEN i.partition_key IS NOT NULL THEN
-             _BATON_SCHEMA_.partition_of(i.partition_key,
-                                         (SELECT s.partitions FROM _BATON_SCHEMA_.queue_state s
-                                           WHERE s.queue = i.queue))
+             (SELECT _BATON_SCHEMA_.partition_of(i.partition_key, s.partitions)
+                FROM _BATON_SCHEMA_.queue_state s WHERE s.queue = i.queue)
            END,
            i.idempotency_key, i.timeout_ms, _BATON_SCHEMA_.shard_of(i.partition_key, shard_count)
       FROM input i

@@ -290,6 +290,40 @@ TEST_F(Producers, OneJobIsStoredAsInABatchWithEveryOption) {
             "-1500000");
 }
 
+TEST_F(Producers, ABatchAcrossQueuesPartitionsEachJobByItsOwnQueueAndKeepsItsOrder) {
+  // Queues with 4 and 3 partitions and one without a row in queue_state; partition keys and
+  // idempotency keys on some jobs only, interleaved.
+  pqxx::nontransaction(*db_).exec(
+      "INSERT INTO queue_state (queue, partitions) VALUES ('mail', 4), ('sms', 3)");
+  const std::vector<std::string> queues = {"mail", "sms", "plain"};
+  std::vector<NewJob> jobs;
+  for (int i = 0; i < 60; ++i) {
+    EnqueueOptions o;
+    o.queue = queues[static_cast<std::size_t>(i % 3)];
+    if (i % 2 == 1) o.partition_key = "customer-" + std::to_string(i);
+    if (i % 5 == 0) o.idempotency_key = "order-" + std::to_string(i);
+    jobs.push_back({"send", {{"i", i}}, o});
+  }
+  Client client(database_url(), schema_);
+  const auto ids = client.enqueue_batch(jobs);
+  ASSERT_EQ(ids.size(), 60U);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(count("SELECT count(*) FROM (SELECT (payload->>'i')::int AS i, "
+                  "row_number() OVER (ORDER BY id) - 1 AS r FROM jobs) x WHERE x.i = x.r"),
+            60)
+      << "ids follow the jobs' order";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs "
+                  "WHERE partition IS NOT DISTINCT FROM job_partition(queue, partition_key)"),
+            60)
+      << "each job's partition is that of its own queue";
+  EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE partition IS NOT NULL"), 20)
+      << "the keyed jobs of mail and sms have a partition, the others none";
+  EXPECT_GT(count("SELECT count(*) FROM jobs WHERE queue = 'sms' "
+                  "AND partition <> partition_of(partition_key, 4)"),
+            0)
+      << "the keys must land apart under 3 and 4 partitions, or the check above proves nothing";
+}
+
 TEST_F(Producers, AnIdempotencyKeyDedupesWhileTheJobIsLive) {
   Client client(database_url(), schema_);
   EnqueueOptions o;

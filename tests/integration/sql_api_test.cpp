@@ -468,7 +468,7 @@ TEST_F(SqlApi, TheClientsTypedColumnsFollowTheRulesOfEnqueueMany) {
     EnqueueOptions options{};
     nlohmann::json payload = nlohmann::json::object();
   };
-  std::vector<Case> cases(8);
+  std::vector<Case> cases(9);
   cases[0] = {.what = "bad type", .type = "no spaces"};
   cases[1] = {.what = "bad queue"};
   cases[1].options.queue = "-dash";
@@ -483,6 +483,8 @@ TEST_F(SqlApi, TheClientsTypedColumnsFollowTheRulesOfEnqueueMany) {
   cases[6] = {.what = "partition key"};
   cases[6].options.partition_key = std::string(300, 'k');
   cases[7] = {.what = "payload", .payload = {{"big", std::string(2000, 'x')}}};
+  cases[8] = {.what = "idempotency key"};
+  cases[8].options.idempotency_key = std::string(300, 'i');
   {
     pqxx::nontransaction tx(*db_);
     tx.exec("UPDATE settings SET value = '1000' WHERE key = 'max_payload_bytes'");
@@ -506,6 +508,7 @@ TEST_F(SqlApi, TheClientsTypedColumnsFollowTheRulesOfEnqueueMany) {
                           {"delay_ms", c.options.delay.count()},
                           {"timeout_ms", c.options.timeout.count()}};
     if (!c.options.partition_key.empty()) job["partition_key"] = c.options.partition_key;
+    if (!c.options.idempotency_key.empty()) job["idempotency_key"] = c.options.idempotency_key;
     const auto json = message([&] { client.enqueue_objects(nlohmann::json::array({job})); });
     EXPECT_NE(typed, "accepted");
     EXPECT_EQ(typed, json);
