@@ -146,6 +146,7 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
   if (o.generic_plans) {
     set += "; SET plan_cache_mode = force_generic_plan; SET jit = off; SET enable_seqscan = off";
   }
+  if (o.order_from_index) set += "; SET enable_sort = off";
   if (o.server_keepalive_ms > 0) {
     // The server finds a dead peer no sooner than idle + interval x count seconds; tcp 0 keeps
     // the system's (long) retransmission limit.
