@@ -370,15 +370,14 @@ TEST_F(HostileRoles, NoRoleButTheNodesCanHoldTheGateOfALimitedQueue) {
   }
   for (const auto& role : {producer_, stranger_, operator_}) {
     auto attacker = as(role);
-    for (const std::string lock :
-         {"FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE"}) {
+    for (const char* lock : {"FOR UPDATE", "FOR NO KEY UPDATE", "FOR SHARE", "FOR KEY SHARE"}) {
       EXPECT_NE(attempt(*attacker, "SELECT 1 FROM " + q("queue_gates") + " " + lock)
                     .find("permission denied"),
                 std::string::npos)
           << role << " took " << lock;
     }
-    for (const std::string mode : {"ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
-                                   "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE"}) {
+    for (const char* mode : {"ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE",
+                             "SHARE ROW EXCLUSIVE", "EXCLUSIVE", "ACCESS EXCLUSIVE"}) {
       std::string refused;
       try {
         pqxx::work tx(*attacker);
@@ -459,8 +458,7 @@ TEST_F(HostileRoles, OperatorsPlantedOnACallersSearchPathNeverRunInBatonsStateme
     pqxx::nontransaction tx(victim);
     EXPECT_THROW(tx.exec("SELECT 5::bigint * interval '1 millisecond'"), pqxx::sql_error);
     // baton's inlined SQL functions, called from the victim's own SQL, do not run them.
-    for (const std::string call :
-         {"shard_of(NULL, 4)", "shard_of('key', 4)", "partition_of('key', 3)"}) {
+    for (const char* call : {"shard_of(NULL, 4)", "shard_of('key', 4)", "partition_of('key', 3)"}) {
       EXPECT_NO_THROW(tx.exec("SELECT " + q(call))) << call;
     }
     // With the same results as pg_catalog's operators on the same values.
