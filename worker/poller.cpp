@@ -65,11 +65,7 @@ namespace {
 // after a moment, then skip held rows for a while.
 PollerConfig with_session(PollerConfig config) {
   config.connect.synchronous_commit_off = true;
-  // Planned once: the claim's plan (its index scan in claim order) does not depend on the values,
-  // and planning it took longer than running it for an idle queue's one job.
-  config.connect.generic_plans = true;
-  // And always that index scan: with sorts allowed, the plan could read and sort every due job.
-  config.connect.order_from_index = true;
+  plan_claims(config.connect);
   config.connect.lock_timeout_ms = static_cast<int>(config.lock_timeout.count());
   if (config.connect.statement_timeout_ms == 0) config.connect.statement_timeout_ms = 30'000;
   if (config.connect.idle_in_transaction_timeout_ms == 0) {
@@ -79,6 +75,14 @@ PollerConfig with_session(PollerConfig config) {
 }
 
 }  // namespace
+
+void plan_claims(detail::ConnectOptions& options) {
+  // Planned once: the claim's plan (its index scan in claim order) does not depend on the values,
+  // and planning it took longer than running it for an idle queue's one job.
+  options.generic_plans = true;
+  // And always that index scan: with sorts allowed, the plan could read and sort every due job.
+  options.order_from_index = true;
+}
 
 Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* observer,
                const detail::Lease& lease)

@@ -59,6 +59,11 @@
 
 namespace baton::worker {
 
+// The claim session's planning, set on `options`: each claim planned once per session (generic
+// plans, no JIT) and always as the claim index's ordered scan (no sequential scan, no sort). The
+// poller's session plans so, and so do tests that claim as it does.
+void plan_claims(detail::ConnectOptions& options);
+
 struct PollerConfig {
   detail::ConnectOptions connect;
   std::string node_id;

@@ -12,6 +12,7 @@
 #include "baton/detail/job_store.h"
 #include "baton/detail/migrations.h"
 #include "support/support.h"
+#include "worker/poller.h"
 
 namespace {
 
@@ -654,6 +655,63 @@ TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatistics
                                << " and claim 10 of " << kRunning / 2 << " waiting";
   EXPECT_EQ(count("SELECT count(*) FROM job_history"), kDone);
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE state = 'running'"), kRunning - kDone + 10);
+}
+
+TEST_F(Fencing, AClaimFromAPlaceReadsTheJobsItTakesNotTheBacklogWhateverTheServersCosts) {
+  // A server whose planner expects every page read to miss its cache (effective_cache_size of one
+  // page) prices the claim index's ordered scan above a bitmap scan of every due job past the
+  // claim's place, then a sort. A claim is planned once per session: so planned, every claim of
+  // a drain read the whole backlog behind its place (as claims did with the server's default
+  // costs after a 5M-job drain, 45-160 ms each). Its order must come from the index whatever the
+  // costs. Counted in claim index entries read by the poller's session, claiming as it does.
+  constexpr int kWaiting = 20'000;
+  constexpr int kBatch = 100;
+  constexpr int kClaims = 5;
+  if (count("SELECT current_setting('server_version_num')::int") < 150000)
+    GTEST_SKIP() << "pg_stat_force_next_flush() needs PostgreSQL 15";
+  {
+    pqxx::nontransaction tx(*conn_);
+    tx.exec("ALTER TABLE jobs SET (autovacuum_enabled = false)");
+    tx.exec("INSERT INTO jobs (queue, type) SELECT 'q', 'noop' FROM generate_series(1, " +
+            std::to_string(kWaiting) + ")");
+    tx.exec("ANALYZE jobs");
+  }
+  std::string url = database_url();
+  const bool uri = url.rfind("postgres://", 0) == 0 || url.rfind("postgresql://", 0) == 0;
+  if (uri) {
+    url += std::string(url.find('?') == std::string::npos ? "?" : "&") +
+           "options=-c%20effective_cache_size%3D8kB";
+  } else {
+    url += " options='-c effective_cache_size=8kB'";
+  }
+  detail::ConnectOptions options{.url = url, .schema = schema_};
+  baton::worker::plan_claims(options);
+  conn_ = detail::connect(options);
+  ASSERT_EQ(query_value(*conn_, "SHOW effective_cache_size"), "8kB");
+  auto claim_from = [&](std::optional<detail::ClaimKey> after) {
+    detail::ClaimFilter filter{{}, {}, {"noop"}};
+    filter.after = std::move(after);
+    auto jobs = detail::claim_jobs(*conn_, as("old", 1), kBatch, filter);
+    EXPECT_EQ(jobs.size(), std::size_t{kBatch});
+    detail::ClaimKey last;
+    for (const auto& j : jobs)
+      last = std::max(last, j.key);
+    return last;
+  };
+  auto reads = [&] {
+    pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
+    return count(
+        "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = "
+        "'jobs_claim_idx'::regclass");
+  };
+  auto place = claim_from(std::nullopt);
+  const auto before = reads();
+  for (int i = 0; i < kClaims; ++i)
+    place = claim_from(place);
+  const auto read = reads() - before;
+  EXPECT_LE(read, 2 * kClaims * kBatch)
+      << kClaims << " claims of " << kBatch << " from their places read " << read
+      << " claim index entries among " << kWaiting << " waiting jobs";
 }
 
 TEST_F(Fencing, PlansMadeOnANearlyEmptyQueueReadOnlyTheRowsTheyNeedOnceItGrew) {
