@@ -32,7 +32,9 @@ struct ConnectOptions {
   // No sort where an index gives the order (enable_sort off): the claim session's. A generic
   // claim plan priced a bitmap scan of every due job, sorted, within 2 % of the claim index's
   // ordered scan, and took it after a 5M-job drain (the next 100k jobs drained at 13k/s, each
-  // claim reading and sorting the whole backlog). A statement with no other way still sorts.
+  // claim reading and sorting the whole backlog). A statement with no other way still sorts,
+  // priced at 1e10 and more: set it with generic_plans, whose jit = off keeps such a plan from
+  // being compiled each time it runs.
   bool order_from_index = false;
   // The server's own TCP dead-peer detection on this session takes at least this long (the
   // election session: never sooner than its lease).
