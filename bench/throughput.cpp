@@ -290,9 +290,10 @@ class Bench {
     exec("INSERT INTO jobs (queue, type, payload) SELECT 'default', '" + type + "', '" + payload +
          "'::jsonb FROM generate_series(1, " + std::to_string(n) + ")");
     exec("VACUUM ANALYZE jobs");
-    // Each drain starts from a checkpoint: otherwise the one after a large drain runs while the
-    // server still writes out the large one's pages (a 100,000-job drain at 12k/s, a third of
-    // the one before it). Needs a superuser or pg_checkpoint; without, the drains run on.
+    // Each drain starts from a checkpoint, so that the one after a large drain does not share the
+    // server with the writing out of the large one's pages. (That was not why such a drain ran at
+    // a third of the one before it: its claims' plan was, docs/performance.md.) Needs a superuser
+    // or pg_checkpoint; without, the drains run on.
     try {
       exec("CHECKPOINT");
     } catch (const pqxx::sql_error&) {
