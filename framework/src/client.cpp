@@ -29,9 +29,9 @@ constexpr const char* kColumnsSql =
 constexpr const char* kPreparedColumns = "baton_enqueue_columns";
 // One job, when the role may call enqueue (sql/0013_enqueue_constants.sql): for a single job it
 // is much the cheaper call (32 producers at once: 2.03 x the jobs per second of enqueue_columns,
-// docs/performance.md). $10: the delay in ms, for a job without run_at, as float8: pg_catalog has
-// float8 * interval, but not bigint * interval, which would be looked up on the caller's
-// search_path (see detail::search_schema_only).
+// docs/performance-log.md, "The C++ Client's single job"). $10: the delay in ms, for a job without
+// run_at, as float8: pg_catalog has float8 * interval, but not bigint * interval, which would be
+// looked up on the caller's search_path (see detail::search_schema_only).
 constexpr const char* kOneSql =
     "SELECT @.enqueue($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now() + "
     "$10::pg_catalog.float8 * interval '1 millisecond'), $6::int, $7, $8, $9::int)";
