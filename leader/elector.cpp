@@ -275,8 +275,10 @@ void Elector::lease_ran_out(std::int64_t epoch, Clock::time_point deadline) {
   }
 }
 
-void Elector::lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns) {
+void Elector::lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns,
+                         std::int64_t in_pauses_ns) {
   in_statements_at_lease_from_ns_.store(in_statements_ns);
+  in_pauses_at_lease_from_ns_.store(in_pauses_ns);
   lease_from_ns_.store(sent_ns);
 }
 
@@ -287,20 +289,30 @@ std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
   const auto since = doing_since_ns_.load();
   auto waited = in_statements_ns_.load() - in_statements_at_lease_from_ns_.load();
   if (what != nullptr) waited += now - since;
+  auto paused = in_pauses_ns_.load() - in_pauses_at_lease_from_ns_.load();
+  if (const auto pausing = pausing_since_ns_.load(); pausing != 0) {
+    // A leader pauses a renewal interval at a time.
+    paused += std::min<std::int64_t>(now - pausing,
+                                     std::chrono::nanoseconds(config_.renew_interval).count());
+  }
   const auto span = now - lease_from_ns_.load();
-  // The statement that ends as this is read may be counted twice: never more than the span.
+  // The statement (or pause) that ends as this is read may be counted twice: never more than
+  // the span.
   waited = std::clamp<std::int64_t>(waited, 0, span);
-  const auto own = span - waited;
+  paused = std::clamp<std::int64_t>(paused, 0, span - waited);
+  const auto own = span - waited - paused;
   const auto ms = [](std::int64_t ns) { return ns / 1'000'000; };
   std::string why = fmt::format(
       "of the {} ms since the renewal (or grant) it ran from was sent, {} ms went waiting for the "
-      "database and {} ms to this process (its pauses between renewals included)",
-      ms(span), ms(waited), ms(own));
+      "database, {} ms to its pauses between renewals and {} ms to this process",
+      ms(span), ms(waited), ms(paused), ms(own));
   if (what != nullptr) {
     why += fmt::format(" (its {} has waited {} ms)", what, ms(now - since));
   } else if (const char* last = last_done_.load(); last != nullptr && last_failed_.load()) {
     why += fmt::format(" (its {} ended without an answer)", last);
   }
+  // The pauses are the lease's design (it covers three renewal intervals): what is left is
+  // either the database's time or this process's.
   if (late >= config_.renew_interval) {
     why += fmt::format(
         ": this process did not run for a while (the lease's end was seen {} ms late), so it "
@@ -311,10 +323,7 @@ std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
         ": the database, or the network to it, answered too slowly (see the server's CPU, I/O "
         "and wait events)";
   } else {
-    why += fmt::format(
-        ": this process was slow between statements: it got no CPU or was stopped (it pauses "
-        "{} ms between renewals)",
-        config_.renew_interval.count());
+    why += ": this process was slow between statements: it got no CPU or was stopped";
   }
   return why;
 }
@@ -392,7 +401,14 @@ void Elector::event_loop() {
 }
 
 void Elector::wait(int sock, Millis timeout) {
+  const auto from = detail::steady_now_ns();
+  pausing_since_ns_.store(from);
   waker_.wait(sock, timeout);
+  // A pause counts up to its timeout; a wait that came back later than that was this process
+  // not running (it counts as its own time).
+  const auto took = detail::steady_now_ns() - from;
+  in_pauses_ns_.fetch_add(std::min<std::int64_t>(took, std::chrono::nanoseconds(timeout).count()));
+  pausing_since_ns_.store(0);
 }
 
 void Elector::heartbeat_loop() {
@@ -601,6 +617,7 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto sent = Clock::now();
   const auto sent_ns = detail::steady_now_ns();
   const auto in_statements = in_statements_ns_.load();
+  const auto in_pauses = in_pauses_ns_.load();
   std::int64_t epoch = 0;
   std::string previous;
   double failover_seconds = -1.0;
@@ -632,7 +649,7 @@ void Elector::grant(pqxx::connection& conn, std::int64_t& held_epoch) {
     answered();
   }
   held_epoch = epoch;
-  lease_from(sent_ns, in_statements);
+  lease_from(sent_ns, in_statements, in_pauses);
   lease_.grant(epoch, sent + config_.lease);
   {
     std::lock_guard lock(mutex_);  // the watchdog picks up the new deadline
@@ -745,6 +762,7 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
   const auto sent = Clock::now();
   const auto sent_ns = detail::steady_now_ns();
   const auto in_statements = in_statements_ns_.load();
+  const auto in_pauses = in_pauses_ns_.load();
   // A renewal that has not come back by the lease's end is of no use: cut it then.
   Statement armed(*this, conn, statement_deadline(held_epoch), "renewal");
   // Every renewal's time is observed, one that failed or was cut at the lease's end too.
@@ -776,7 +794,7 @@ void Elector::renew(pqxx::connection& conn, std::int64_t& held_epoch) {
   }
   if (observer_ != nullptr) observer_->renewed();
   // Extend only if the watchdog did not revoke meanwhile; the lease runs from the SEND time.
-  lease_from(sent_ns, in_statements);
+  lease_from(sent_ns, in_statements, in_pauses);
   lease_.extend(held_epoch, sent + config_.lease);
 }
 

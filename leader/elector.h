@@ -174,8 +174,9 @@ class Elector {
   // log): how its time went between waiting for the database and this process's own work.
   std::string why_lease_ran_out(std::chrono::steady_clock::time_point deadline) const;
   // The lease now runs from `sent` (steady clock, ns), the send time of a renewal or grant whose
-  // statement began with `in_statements_ns` spent so far.
-  void lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns);
+  // statement began with `in_statements_ns` spent in statements and `in_pauses_ns` in pauses so
+  // far.
+  void lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns, std::int64_t in_pauses_ns);
 
   const ElectorConfig config_;
   const ElectorEvents on_;
@@ -186,8 +187,9 @@ class Elector {
   std::atomic<std::int64_t> last_answer_ns_{0};  // steady clock
   // Written by the heartbeat thread, read when the lease runs out (steady clock, ns): the
   // statement in flight (nullptr between statements) and its start; the last one that ended and
-  // whether it failed; the time spent in statements so far; the send time of the renewal (or
-  // grant) the lease runs from and that total then.
+  // whether it failed; the time spent in statements so far, and in pauses between them (wait(),
+  // each counted up to its timeout; the start of the one under way, 0 when none); the send time
+  // of the renewal (or grant) the lease runs from and those totals then.
   std::atomic<const char*> doing_{nullptr};
   std::atomic<std::int64_t> doing_since_ns_{0};
   std::atomic<const char*> last_done_{nullptr};
@@ -195,6 +197,9 @@ class Elector {
   std::atomic<std::int64_t> in_statements_ns_{0};
   std::atomic<std::int64_t> lease_from_ns_{0};
   std::atomic<std::int64_t> in_statements_at_lease_from_ns_{0};
+  std::atomic<std::int64_t> in_pauses_ns_{0};
+  std::atomic<std::int64_t> pausing_since_ns_{0};
+  std::atomic<std::int64_t> in_pauses_at_lease_from_ns_{0};
   std::atomic<bool> stopping_{false};
   // A yield asked for: -1 (none), 0 (whatever is held), or the epoch to release.
   std::atomic<std::int64_t> yield_requested_{-1};

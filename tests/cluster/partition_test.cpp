@@ -257,14 +257,16 @@ TEST(Partition, ABlackholedLeaderStopsReportsAndExitsWithinTheGrace) {
   std::printf("[ info ] blackhole to stopped consuming: %.0f ms\n",
               ms_between(cut, *logged_at(cluster.process(leader).log(), stopped, cut)));
   // It says why: its lease ran out waiting for a database that did not answer, so more of the
-  // lease went waiting for the database than to the node itself.
+  // lease went waiting for the database than to the node itself. Its pauses between renewals,
+  // which every lease spans by design, are counted apart: counted as the node's, a blackhole
+  // under load once read 197 ms of waiting against 198 ms of "this process", 100 ms of it pause.
   {
     const auto log = cluster.process(leader).log();
     const std::regex lost("leadership LOST: epoch=" + std::to_string(epoch) +
                           " reason=lost_renewal: no renewal came back within [0-9]+ ms; of the "
-                          "[0-9]+ ms [^,]*, ([0-9]+) ms went waiting for the database and ([0-9]+) "
-                          "ms to this process[^\n]*: the database, or the network to it, answered "
-                          "too slowly");
+                          "[0-9]+ ms [^,]*, ([0-9]+) ms went waiting for the database, [0-9]+ ms "
+                          "to its pauses between renewals and ([0-9]+) ms to this process[^\n]*: "
+                          "the database, or the network to it, answered too slowly");
     std::smatch m;
     ASSERT_TRUE(std::regex_search(log, m, lost)) << log;
     EXPECT_GT(std::stoi(m[1]), std::stoi(m[2])) << m[0];
