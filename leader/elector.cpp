@@ -283,21 +283,24 @@ void Elector::lease_from(std::int64_t sent_ns, std::int64_t in_statements_ns,
 }
 
 std::string Elector::why_lease_ran_out(Clock::time_point deadline) const {
-  const auto late = std::chrono::duration_cast<Millis>(Clock::now() - deadline);
-  const auto now = detail::steady_now_ns();
+  // Read while the heartbeat may go on: what is under way before the totals (a statement or pause
+  // that ends in between is then counted twice, never missed, and the clamps below bound it), the
+  // lease's start, and the clock last.
   const char* what = doing_.load();
   const auto since = doing_since_ns_.load();
+  const auto pausing = pausing_since_ns_.load();
   auto waited = in_statements_ns_.load() - in_statements_at_lease_from_ns_.load();
-  if (what != nullptr) waited += now - since;
   auto paused = in_pauses_ns_.load() - in_pauses_at_lease_from_ns_.load();
-  if (const auto pausing = pausing_since_ns_.load(); pausing != 0) {
-    // A leader pauses a renewal interval at a time.
+  const auto from = lease_from_ns_.load();
+  const auto now = detail::steady_now_ns();
+  const auto late = std::chrono::duration_cast<Millis>(Clock::now() - deadline);
+  if (what != nullptr) waited += now - since;
+  // A leader pauses a renewal interval at a time.
+  if (pausing != 0) {
     paused += std::min<std::int64_t>(now - pausing,
                                      std::chrono::nanoseconds(config_.renew_interval).count());
   }
-  const auto span = now - lease_from_ns_.load();
-  // The statement (or pause) that ends as this is read may be counted twice: never more than
-  // the span.
+  const auto span = std::max<std::int64_t>(now - from, 0);
   waited = std::clamp<std::int64_t>(waited, 0, span);
   paused = std::clamp<std::int64_t>(paused, 0, span - waited);
   const auto own = span - waited - paused;

@@ -171,7 +171,8 @@ class Elector {
     detail::CallWatch::Armed armed_;
   };
   // Why the lease that ended at `deadline` ran out, as far as this process can tell (for the
-  // log): how its time went between waiting for the database and this process's own work.
+  // log): how its time went between waiting for the database, the pauses between renewals and
+  // this process's own work.
   std::string why_lease_ran_out(std::chrono::steady_clock::time_point deadline) const;
   // The lease now runs from `sent` (steady clock, ns), the send time of a renewal or grant whose
   // statement began with `in_statements_ns` spent in statements and `in_pauses_ns` in pauses so
