@@ -641,6 +641,100 @@ TEST_F(SqlApi, ARoleWithOnlyExecuteCanEnqueueButNotTouchTables) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE payload->>'via' = 'execute only'"), 1);
 }
 
+// The three-argument enqueue is executable by every role, but only calls the nine-argument one:
+// a role without EXECUTE on that is refused, whichever form it calls, and enqueues nothing.
+TEST_F(SqlApi, ARoleWithoutExecuteIsRefusedThroughTheThreeArgumentEnqueueToo) {
+  const std::string role = schema_.substr(0, 40) + "_stranger";
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE ROLE " + role + " LOGIN");
+    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
+  }
+  auto url = baton::describe_database_url(database_url());
+  url = url.substr(0, url.find(" user=")) + " user=" + role;
+  pqxx::connection stranger(url);
+  const auto as_stranger = [&](const std::string& sql) -> std::string {
+    try {
+      pqxx::nontransaction tx(stranger);
+      return tx.exec(sql)[0][0].c_str();
+    } catch (const pqxx::sql_error& e) {
+      return std::string("error: ") + e.what();
+    }
+  };
+  for (const std::string call : {"enqueue('q', 'noop', '{\"via\": \"stranger\"}')",
+                                 "enqueue('q', 'noop', '{\"via\": \"stranger\"}'::text)",
+                                 "enqueue('q', 'noop', '{\"via\": \"stranger\"}'::jsonb)"}) {
+    const auto out = as_stranger("SELECT " + schema_ + "." + call);
+    EXPECT_NE(out.find("permission denied for function enqueue"), std::string::npos)
+        << call << ": " << out;
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
+}
+
+// A call of three arguments whose payload is a literal, an untyped parameter or text takes the
+// enqueue without defaults (migration 0021); a jsonb payload, a fourth argument or a named
+// option takes the nine-argument one. Both make the same job, with the same checks.
+TEST_F(SqlApi, AThreeArgumentCallMakesTheSameJobWithoutReadingTheDefaults) {
+  const auto plan = [&](const std::string& call) {
+    pqxx::nontransaction tx(*db_);
+    std::string text;
+    for (const auto& row : tx.exec("EXPLAIN (VERBOSE, COSTS OFF) SELECT " + call)) {
+      text += row[0].c_str();
+    }
+    return text;
+  };
+  EXPECT_NE(plan("enqueue('q', 'noop', '{\"a\": 1}')")
+                .find("enqueue('q'::text, 'noop'::text, '{\"a\": 1}'::text)"),
+            std::string::npos)
+      << plan("enqueue('q', 'noop', '{\"a\": 1}')");
+  // The nine-argument enqueue shows its defaults filled in.
+  for (const std::string call :
+       {"enqueue('q', 'noop', '{\"a\": 1}'::jsonb)", "enqueue('q', 'noop', '{\"a\": 1}', 3)",
+        "enqueue('q', 'noop', '{\"a\": 1}', timeout_ms => 5)", "enqueue('q', 'noop')"}) {
+    EXPECT_NE(plan(call).find("::jsonb, "), std::string::npos) << plan(call);
+  }
+  const auto job = [&](std::int64_t id) {
+    pqxx::nontransaction tx(*db_);
+    const auto r = tx.exec_params(
+        "SELECT queue, type, payload::text, priority, max_attempts, timeout_ms IS NULL, "
+        "partition_key IS NULL, idempotency_key IS NULL, shard, state, "
+        "run_at <= now() AND run_at > now() - interval '1 minute' FROM jobs WHERE id = $1",
+        id);
+    EXPECT_EQ(r.size(), 1U) << "no job " << id;
+    std::string out;
+    for (const auto& f : r[0])
+      out += std::string(f.is_null() ? "NULL" : f.c_str()) + "|";
+    return out;
+  };
+  const auto literal = count("SELECT enqueue('q', 'noop', '{\"a\": 1}')");
+  const auto typed = count("SELECT enqueue('q', 'noop', '{\"a\": 1}'::jsonb)");
+  const auto as_text = count("SELECT enqueue('q', 'noop', '{\"a\": 1}'::varchar)");
+  EXPECT_EQ(job(literal), job(typed));
+  EXPECT_EQ(job(as_text), job(typed));
+  // A NULL payload is the empty object, as it was.
+  EXPECT_NE(job(count("SELECT enqueue('q', 'noop', NULL)")).find("|{}|"), std::string::npos);
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("PREPARE untyped AS SELECT enqueue($1, $2, $3)");
+  }
+  EXPECT_EQ(job(count("EXECUTE untyped('q', 'noop', '{\"a\": 1}')")), job(typed));
+  // The checks are the nine-argument enqueue's; a text that is not JSON is refused as before.
+  const auto refused = [&](const std::string& call, const std::string& state) {
+    try {
+      pqxx::nontransaction tx(*db_);
+      tx.exec("SELECT " + call);
+      ADD_FAILURE() << call << " was accepted";
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_EQ(e.sqlstate(), state) << call << ": " << e.what();
+    }
+  };
+  const auto before = count("SELECT count(*) FROM jobs");
+  refused("enqueue('q', 'noop', 'not json')", "22P02");
+  refused("enqueue('bad queue', 'noop', '{}')", "BT001");
+  refused("enqueue('q', 'noop', '\"' || repeat('x', 2000000) || '\"')", "BT002");
+  EXPECT_EQ(count("SELECT count(*) FROM jobs"), before) << "a refused call left a job";
+}
+
 TEST_F(SqlApi, ANodeScriptWithThePgPackageEnqueuesAndSeesTheJobFinish) {
   std::string out;
   if (run_command("command -v node && command -v npm", &out) != 0) {
