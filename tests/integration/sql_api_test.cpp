@@ -668,6 +668,43 @@ TEST_F(SqlApi, ARoleWithoutExecuteIsRefusedThroughTheThreeArgumentEnqueueToo) {
     EXPECT_NE(out.find("permission denied for function enqueue"), std::string::npos)
         << call << ": " << out;
   }
+  // Nor by calling after a role that may, in the same transaction (PL/pgSQL checks the inner
+  // call's EXECUTE once a transaction): after a SECURITY DEFINER function of the application's
+  // that enqueues, or after SET ROLE.
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec(
+        "CREATE FUNCTION app_enqueue() RETURNS bigint LANGUAGE sql SECURITY DEFINER "
+        "SET search_path = " +
+        schema_ + " AS $$ SELECT enqueue('q', 'noop', '{\"via\": \"app\"}') $$");
+    tx.exec("GRANT EXECUTE ON FUNCTION app_enqueue() TO " + role);
+  }
+  {
+    pqxx::work tx(stranger);
+    EXPECT_GT(tx.exec("SELECT " + schema_ + ".app_enqueue()")[0][0].as<std::int64_t>(), 0);
+    try {
+      tx.exec("SELECT " + schema_ + ".enqueue('q', 'noop', '{\"via\": \"stranger\"}')");
+      ADD_FAILURE() << "the stranger enqueued after the application's function";
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_NE(std::string(e.what()).find("permission denied for function enqueue"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  {
+    pqxx::work tx(*db_);
+    EXPECT_GT(
+        tx.exec("SELECT enqueue('q', 'noop', '{\"via\": \"owner\"}')")[0][0].as<std::int64_t>(), 0);
+    tx.exec("SET LOCAL ROLE " + role);
+    try {
+      tx.exec("SELECT " + schema_ + ".enqueue('q', 'noop', '{\"via\": \"stranger\"}')");
+      ADD_FAILURE() << "the stranger enqueued after the owner, in one transaction";
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_NE(std::string(e.what()).find("permission denied for function enqueue"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
 }
 
