@@ -15,8 +15,10 @@
 -- its caller may EXECUTE the nine-argument enqueue, and refuses it as PostgreSQL would (SQLSTATE
 -- 42501, "permission denied for function enqueue"). PostgreSQL's own check of the inner call is
 -- not enough: PL/pgSQL sets a simple expression up once a transaction, and checks EXECUTE only
--- then, so a role that called after another one in the same transaction (SET ROLE, or a SECURITY
--- DEFINER function of the application's that enqueued first) would ride on that role's check.
+-- then, so a role that called after another one in the same transaction would ride on that
+-- role's check: shown after SET ROLE (the test). After an application's SQL-language SECURITY
+-- DEFINER function that enqueued first, the stranger was refused even without this check; the
+-- test keeps that case too, since nothing says other callers' contexts are kept apart.
 -- The nine-argument function is named by its oid, written in here when the migration runs (a
 -- signature in the body would have its type names looked up on the caller's path); an oid that
 -- no longer names it refuses every call. So every role may execute this one (the migration

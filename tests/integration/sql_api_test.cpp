@@ -669,8 +669,9 @@ TEST_F(SqlApi, ARoleWithoutExecuteIsRefusedThroughTheThreeArgumentEnqueueToo) {
         << call << ": " << out;
   }
   // Nor by calling after a role that may, in the same transaction (PL/pgSQL checks the inner
-  // call's EXECUTE once a transaction): after a SECURITY DEFINER function of the application's
-  // that enqueues, or after SET ROLE.
+  // call's EXECUTE once a transaction): after SET ROLE (without the function's own check, the
+  // stranger enqueued), or after a SECURITY DEFINER function of the application's that enqueues
+  // (refused even without it, kept as a guard).
   {
     pqxx::nontransaction tx(*db_);
     tx.exec(
@@ -679,31 +680,28 @@ TEST_F(SqlApi, ARoleWithoutExecuteIsRefusedThroughTheThreeArgumentEnqueueToo) {
         schema_ + " AS $$ SELECT enqueue('q', 'noop', '{\"via\": \"app\"}') $$");
     tx.exec("GRANT EXECUTE ON FUNCTION app_enqueue() TO " + role);
   }
-  {
-    pqxx::work tx(stranger);
-    EXPECT_GT(tx.exec("SELECT " + schema_ + ".app_enqueue()")[0][0].as<std::int64_t>(), 0);
+  // The stranger's own call, in a transaction where another role has enqueued.
+  const auto refused_after = [&](pqxx::work& tx, const char* after) {
     try {
       tx.exec("SELECT " + schema_ + ".enqueue('q', 'noop', '{\"via\": \"stranger\"}')");
-      ADD_FAILURE() << "the stranger enqueued after the application's function";
+      ADD_FAILURE() << "the stranger enqueued after " << after;
     } catch (const pqxx::sql_error& e) {
       EXPECT_NE(std::string(e.what()).find("permission denied for function enqueue"),
                 std::string::npos)
-          << e.what();
+          << after << ": " << e.what();
     }
+  };
+  {
+    pqxx::work tx(stranger);
+    EXPECT_GT(tx.exec("SELECT " + schema_ + ".app_enqueue()")[0][0].as<std::int64_t>(), 0);
+    refused_after(tx, "the application's function");
   }
   {
     pqxx::work tx(*db_);
     EXPECT_GT(
         tx.exec("SELECT enqueue('q', 'noop', '{\"via\": \"owner\"}')")[0][0].as<std::int64_t>(), 0);
     tx.exec("SET LOCAL ROLE " + role);
-    try {
-      tx.exec("SELECT " + schema_ + ".enqueue('q', 'noop', '{\"via\": \"stranger\"}')");
-      ADD_FAILURE() << "the stranger enqueued after the owner, in one transaction";
-    } catch (const pqxx::sql_error& e) {
-      EXPECT_NE(std::string(e.what()).find("permission denied for function enqueue"),
-                std::string::npos)
-          << e.what();
-    }
+    refused_after(tx, "the owner, in one transaction");
   }
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
 }
