@@ -36,11 +36,12 @@ constexpr const char* kOneSql =
     "SELECT @.enqueue($1, $2, $3::jsonb, $4::int, coalesce($5::timestamptz, now() + "
     "$10::pg_catalog.float8 * interval '1 millisecond'), $6::int, $7, $8, $9::int)";
 constexpr const char* kPreparedOne = "baton_enqueue_one";
-// $2: the function's name.
+// $2: the function's name, $3: how many arguments the statement above passes it (enqueue has an
+// overload of three, which every role may execute: sql/0021_enqueue_three_arguments.sql).
 constexpr const char* kMayCallSql =
     "SELECT bool_and(has_function_privilege(p.oid, 'EXECUTE')) FROM pg_catalog.pg_proc p "
     "JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
-    "WHERE n.nspname = $1 AND p.proname = $2";
+    "WHERE n.nspname = $1 AND p.proname = $2 AND p.pronargs = $3";
 constexpr const char* kValidateSql = "SELECT @.validate_jobs($1::jsonb)";
 
 constexpr const char* kExistingSql =
@@ -371,12 +372,12 @@ Client::Client(const std::string& database_url, ClientOptions options) : impl_(n
   impl_->conn->prepare(kPreparedEnqueue, detail::with_schema(kEnqueueSql, impl_->options.schema));
   {
     pqxx::nontransaction tx(*impl_->conn);
-    auto may_call = [&](const char* function) {
-      auto r = tx.exec_params(kMayCallSql, impl_->options.schema, function);
+    auto may_call = [&](const char* function, int arguments) {
+      auto r = tx.exec_params(kMayCallSql, impl_->options.schema, function, arguments);
       return !r.empty() && r[0][0].as<bool>(false);
     };
-    impl_->columns = may_call("enqueue_columns");
-    impl_->one = may_call("enqueue");
+    impl_->columns = may_call("enqueue_columns", 10);
+    impl_->one = may_call("enqueue", 9);
   }
   if (impl_->columns) {
     impl_->conn->prepare(kPreparedColumns, detail::with_schema(kColumnsSql, impl_->options.schema));

@@ -706,6 +706,49 @@ TEST_F(SqlApi, ARoleWithoutExecuteIsRefusedThroughTheThreeArgumentEnqueueToo) {
   EXPECT_EQ(count("SELECT count(*) FROM jobs"), 0);
 }
 
+// The Client asks whether its role may call the nine-argument enqueue, the one its single-job
+// statement calls, not every enqueue: with the three-argument one's PUBLIC grant revoked (an
+// operator's own hardening), a role granted the docs' producer block still sends a single job
+// to enqueue (before, the Client took it for a role that may not, and sent it to
+// enqueue_columns). Seen in the function counters of the Client's session.
+TEST_F(SqlApi, AClientSendsSingleJobsToEnqueueWithoutTheThreeArgumentOnesPublicGrant) {
+  const std::string role = schema_.substr(0, 40) + "_single";
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE ROLE " + role + " LOGIN");
+    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
+    tx.exec(
+        "GRANT EXECUTE ON FUNCTION enqueue(text, text, jsonb, int, timestamptz, int, text, "
+        "text, int), enqueue_columns(text[], text[], jsonb, int[], bigint[], int[], "
+        "timestamptz[], text[], text[], int[]) TO " +
+        role);
+    tx.exec("ALTER ROLE " + role + " SET track_functions = 'all'");
+    tx.exec("REVOKE EXECUTE ON FUNCTION enqueue(text, text, text) FROM PUBLIC");
+  }
+  const auto calls = [&](const std::string& signature) {
+    return count("SELECT coalesce(pg_stat_get_function_calls('" + schema_ + "." + signature +
+                 "'::regprocedure), 0)");
+  };
+  const std::string nine = "enqueue(text, text, jsonb, int, timestamptz, int, text, text, int)";
+  const std::string columns =
+      "enqueue_columns(text[], text[], jsonb, int[], bigint[], int[], timestamptz[], text[], "
+      "text[], int[])";
+  auto url = baton::describe_database_url(database_url());
+  url = url.substr(0, url.find(" user=")) + " user=" + role;
+  {
+    Client client(url, schema_);
+    const auto id = client.enqueue("noop", nlohmann::json{{"via", "single"}});
+    EXPECT_EQ(count("SELECT count(*) FROM jobs WHERE id = " + std::to_string(id) +
+                    " AND payload->>'via' = 'single'"),
+              1);
+  }
+  // The counters arrive when the Client's session ends (an idle session sends them only after
+  // 10 s).
+  EXPECT_TRUE(wait_for([&] { return calls(nine) == 1; }, std::chrono::seconds(10)))
+      << "the single job did not go to the nine-argument enqueue";
+  EXPECT_EQ(calls(columns), 0) << "the single job went to enqueue_columns";
+}
+
 // A call of three arguments whose payload is a literal, an untyped parameter or text takes the
 // enqueue without defaults (migration 0021); a jsonb payload, a fourth argument or a named
 // option takes the nine-argument one. Both make the same job, with the same checks.
