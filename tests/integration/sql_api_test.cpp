@@ -32,6 +32,20 @@ class SqlApi : public SchemaTest {
     }
     return {"", "no error"};
   }
+  // A login role named after the test, with USAGE on the schema and the grants of `grants`
+  // (statements with @role in place of its name); returns its connection string.
+  std::string role_url(const std::string& suffix, const std::vector<std::string>& grants) {
+    const std::string role = schema_.substr(0, 40) + "_" + suffix;
+    pqxx::nontransaction tx(*db_);
+    tx.exec("CREATE ROLE " + role + " LOGIN");
+    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
+    for (auto grant : grants)
+      tx.exec(grant.replace(grant.find("@role"), 5, role));
+    auto url = baton::describe_database_url(database_url());
+    return url.substr(0, url.find(" user=")) + " user=" + role;
+  }
+  static constexpr const char* kNineArguments =
+      "enqueue(text, text, jsonb, int, timestamptz, int, text, text, int)";
 };
 
 TEST_F(SqlApi, AJobEnqueuedInSqlIsProcessedByARunningNode) {
@@ -608,19 +622,8 @@ TEST_F(SqlApi, ATriggerEnqueuesInTheSameTransaction) {
 }
 
 TEST_F(SqlApi, ARoleWithOnlyExecuteCanEnqueueButNotTouchTables) {
-  const std::string role = schema_.substr(0, 40) + "_producer";
-  {
-    pqxx::nontransaction tx(*db_);
-    tx.exec("CREATE ROLE " + role + " LOGIN");
-    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
-    tx.exec(
-        "GRANT EXECUTE ON FUNCTION enqueue(text, text, jsonb, int, timestamptz, int, text, "
-        "text, int) TO " +
-        role);
-  }
-  auto url = baton::describe_database_url(database_url());
-  url = url.substr(0, url.find(" user=")) + " user=" + role;
-  pqxx::connection producer(url);
+  pqxx::connection producer(role_url(
+      "producer", {std::string("GRANT EXECUTE ON FUNCTION ") + kNineArguments + " TO @role"}));
   auto as_producer = [&](const std::string& sql) -> std::string {
     try {
       pqxx::nontransaction tx(producer);
@@ -645,14 +648,7 @@ TEST_F(SqlApi, ARoleWithOnlyExecuteCanEnqueueButNotTouchTables) {
 // a role without EXECUTE on that is refused, whichever form it calls, and enqueues nothing.
 TEST_F(SqlApi, ARoleWithoutExecuteIsRefusedThroughTheThreeArgumentEnqueueToo) {
   const std::string role = schema_.substr(0, 40) + "_stranger";
-  {
-    pqxx::nontransaction tx(*db_);
-    tx.exec("CREATE ROLE " + role + " LOGIN");
-    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
-  }
-  auto url = baton::describe_database_url(database_url());
-  url = url.substr(0, url.find(" user=")) + " user=" + role;
-  pqxx::connection stranger(url);
+  pqxx::connection stranger(role_url("stranger", {}));
   const auto as_stranger = [&](const std::string& sql) -> std::string {
     try {
       pqxx::nontransaction tx(stranger);
@@ -712,29 +708,19 @@ TEST_F(SqlApi, ARoleWithoutExecuteIsRefusedThroughTheThreeArgumentEnqueueToo) {
 // to enqueue (before, the Client took it for a role that may not, and sent it to
 // enqueue_columns). Seen in the function counters of the Client's session.
 TEST_F(SqlApi, AClientSendsSingleJobsToEnqueueWithoutTheThreeArgumentOnesPublicGrant) {
-  const std::string role = schema_.substr(0, 40) + "_single";
-  {
-    pqxx::nontransaction tx(*db_);
-    tx.exec("CREATE ROLE " + role + " LOGIN");
-    tx.exec("GRANT USAGE ON SCHEMA " + schema_ + " TO " + role);
-    tx.exec(
-        "GRANT EXECUTE ON FUNCTION enqueue(text, text, jsonb, int, timestamptz, int, text, "
-        "text, int), enqueue_columns(text[], text[], jsonb, int[], bigint[], int[], "
-        "timestamptz[], text[], text[], int[]) TO " +
-        role);
-    tx.exec("ALTER ROLE " + role + " SET track_functions = 'all'");
-    tx.exec("REVOKE EXECUTE ON FUNCTION enqueue(text, text, text) FROM PUBLIC");
-  }
+  const std::string columns =
+      "enqueue_columns(text[], text[], jsonb, int[], bigint[], int[], timestamptz[], text[], "
+      "text[], int[])";
+  const auto url = role_url("single", {std::string("GRANT EXECUTE ON FUNCTION ") + kNineArguments +
+                                           ", " + columns + " TO @role",
+                                       "ALTER ROLE @role SET track_functions = 'all'"});
+  pqxx::nontransaction(*db_).exec(
+      "REVOKE EXECUTE ON FUNCTION enqueue(text, text, text) FROM PUBLIC");
   const auto calls = [&](const std::string& signature) {
     return count("SELECT coalesce(pg_stat_get_function_calls('" + schema_ + "." + signature +
                  "'::regprocedure), 0)");
   };
-  const std::string nine = "enqueue(text, text, jsonb, int, timestamptz, int, text, text, int)";
-  const std::string columns =
-      "enqueue_columns(text[], text[], jsonb, int[], bigint[], int[], timestamptz[], text[], "
-      "text[], int[])";
-  auto url = baton::describe_database_url(database_url());
-  url = url.substr(0, url.find(" user=")) + " user=" + role;
+  const std::string nine = kNineArguments;
   {
     Client client(url, schema_);
     const auto id = client.enqueue("noop", nlohmann::json{{"via", "single"}});
