@@ -8,14 +8,15 @@
 //   backlog     the drain rate with a large backlog, as a share of the mean of two drains
 //               of --drain jobs beside it: the last of the runs above and one run after it
 //   sleep_jobs  1 ms sleep jobs on 16 threads, as a share of the 16,000 jobs/s ideal
-//   latency     on an idle node, enqueue return to handler start (both on this process's clock)
+//   latency     on an idle node, enqueue return to handler start (both on this process's clock),
+//               one job at a time, --gap idle between a job's start and the next enqueue
 //   console     the drain with --console-pages open console pages (served by a passive node,
 //               each refreshing the queues and cluster pages every 2 s) vs none, interleaved
 //
 //   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
 //                    [--backlog 0] [--sleep-jobs 48000] [--runs 3]
 //                    [--console-pages 10] [--only enqueue,drain,sleep,latency,console]
-//                    [--lock-ttl 500ms]
+//                    [--lock-ttl 500ms] [--gap 2ms]
 // --threads 0 and --batch-size 0 leave the node's own defaults, and so does no --lock-ttl. The
 // drain figures count the leader changes from the nodes' start to the drain's end (each one
 // fences the outcomes of the leader it replaced; their jobs run again).
@@ -63,6 +64,7 @@ struct Options {
   int console_pages = 10;
   std::string only = "enqueue,drain,sleep,latency";
   std::string lock_ttl;  // empty: the node's default
+  baton::Millis gap{2};  // latency: idle time between samples
   bool wants(const std::string& part) const {
     return ("," + only + ",").find("," + part + ",") != std::string::npos;
   }
@@ -374,9 +376,10 @@ class Bench {
         throw std::runtime_error("job " + std::to_string(id) + " did not start within 10 s");
       }
       ms.push_back(std::chrono::duration<double, std::milli>(started[id] - returned).count());
-      // Idle between samples, as the figure asks.
+      // Idle between samples, as the figure asks. (The longer, the later the wake-ups: the
+      // machine's idle CPUs sleep deeper; docs/performance.md.)
       lock.unlock();
-      std::this_thread::sleep_for(2ms);
+      std::this_thread::sleep_for(o_.gap);
     }
     node.stop();
     runner.join();
@@ -540,6 +543,7 @@ void report(Bench& b, const Options& o) {
                   pct(0.5), pct(0.99), ms.back(), ms.size());
     line("latency, enqueue return to start", text);
     figure("latency", {{"samples", ms.size()},
+                       {"gap_ms", o.gap.count()},
                        {"p50_ms", pct(0.5)},
                        {"p99_ms", pct(0.99)},
                        {"max_ms", ms.back()}});
@@ -551,7 +555,8 @@ int main(int argc, char** argv) {
           argc, argv,
           "bench/throughput [--drain 100000] [--samples 1000] [--threads 16] "
           "[--batch-size 1000] [--backlog 0] [--sleep-jobs 48000] [--runs 3] "
-          "[--console-pages 10] [--only enqueue,drain,sleep,latency,console] [--lock-ttl 500ms]");
+          "[--console-pages 10] [--only enqueue,drain,sleep,latency,console] [--lock-ttl 500ms] "
+          "[--gap 2ms]");
       code >= 0)
     return code;
   Options o;
@@ -584,6 +589,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.lock_ttl = value;
+    } else if (flag == "--gap") {
+      try {
+        o.gap = baton::parse_duration(value, "--gap");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "throughput: %s\n", e.what());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "throughput: unknown flag %s (see the comment at the top of %s)\n",
                    flag.c_str(), __FILE__);
