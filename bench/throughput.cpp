@@ -9,7 +9,8 @@
 //               of --drain jobs beside it: the last of the runs above and one run after it
 //   sleep_jobs  1 ms sleep jobs on 16 threads, as a share of the 16,000 jobs/s ideal
 //   latency     on an idle node, enqueue return to handler start (both on this process's clock),
-//               one job at a time, --gap idle between a job's start and the next enqueue
+//               one job at a time, --gap (whole milliseconds) idle between a job's start and
+//               the next enqueue
 //   console     the drain with --console-pages open console pages (served by a passive node,
 //               each refreshing the queues and cluster pages every 2 s) vs none, interleaved
 //
@@ -376,8 +377,8 @@ class Bench {
         throw std::runtime_error("job " + std::to_string(id) + " did not start within 10 s");
       }
       ms.push_back(std::chrono::duration<double, std::milli>(started[id] - returned).count());
-      // Idle between samples, as the figure asks. (The longer, the later the wake-ups: the
-      // machine's idle CPUs sleep deeper; docs/performance.md.)
+      // Idle between samples, as the figure asks. (The longer the idle, the slower the claim
+      // that follows: docs/performance.md.)
       lock.unlock();
       std::this_thread::sleep_for(o_.gap);
     }
