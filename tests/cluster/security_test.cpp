@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 
@@ -43,6 +45,36 @@ std::string documented_grants(const std::string& schema, const std::string& role
 std::string unique_role(const std::string& schema, const std::string& what) {
   return schema.substr(0, 40) + "_" + what;
 }
+
+// A password no earlier run used: the role that carries it is a superuser.
+std::string fresh_password() {
+  std::random_device random;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "Pw-%08x%08x", random(), random());
+  return buf;
+}
+
+// Drops `role` (and what it owns here) when the test ends, however it ends: a superuser that
+// can log in with a password must not outlive its test on the server.
+class DroppedAtEnd {
+ public:
+  DroppedAtEnd(pqxx::connection& db, std::string role) : db_(db), role_(std::move(role)) {}
+  DroppedAtEnd(const DroppedAtEnd&) = delete;
+  DroppedAtEnd& operator=(const DroppedAtEnd&) = delete;
+  ~DroppedAtEnd() {
+    try {
+      pqxx::nontransaction tx(db_);
+      tx.exec("DROP OWNED BY " + tx.quote_name(role_));
+      tx.exec("DROP ROLE " + tx.quote_name(role_));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "could not drop role " << role_ << ": " << e.what();
+    }
+  }
+
+ private:
+  pqxx::connection& db_;
+  std::string role_;
+};
 
 TEST(Security, AClusterRunsUnderTheDocumentedGrantsAndEvictsAFrozenLeader) {
   const auto schema = unique_schema("least_priv");
@@ -122,14 +154,15 @@ TEST(Security, ARoleWithoutWriteAccessIsRefusedClearlyAndTheNodeWaits) {
 }
 
 TEST(Security, APasswordNeverAppearsInLogsErrorsConfigOrMetrics) {
-  const std::string password = "Sup3r-S3cret-P4ss";
+  const std::string password = fresh_password();
   const auto schema = unique_schema("secrets");
   const auto role = unique_role(schema, "pw");
   Cluster cluster(schema, 0);
   {
     pqxx::nontransaction tx(cluster.db());
-    tx.exec("CREATE ROLE " + role + " LOGIN SUPERUSER PASSWORD '" + password + "'");
+    tx.exec("CREATE ROLE " + role + " LOGIN SUPERUSER PASSWORD " + tx.quote(password));
   }
+  const DroppedAtEnd dropped(cluster.db(), role);
   auto base = baton::describe_database_url(database_url());
   std::smatch m;
   std::regex_search(base, m, std::regex(R"(port=(\d+))"));

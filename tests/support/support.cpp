@@ -31,7 +31,8 @@ std::string database_url() {
   const char* url = std::getenv("DATABASE_URL");
   if (url == nullptr || *url == '\0') {
     ADD_FAILURE() << "DATABASE_URL is not set: run the tests with scripts/test, which starts a "
-                     "throwaway PostgreSQL, or point DATABASE_URL at a database you can write";
+                     "throwaway PostgreSQL, or start one with scripts/pg start DIR and point "
+                     "DATABASE_URL at it (the tests leave their schemas and roles behind)";
     return "postgresql://invalid-host-set-DATABASE_URL/";
   }
   return url;
