@@ -5,8 +5,8 @@
 //   drain       N queued no-op jobs drained by 1 leader + 2 passive batond processes
 //   cpu         the leader's CPU time (user + system) per 1,000 jobs of that drain
 //   memory      the leader's peak resident set (VmHWM) during that drain
-//   backlog     the drain rate with a large backlog, as a share of the mean of two drains
-//               of --drain jobs beside it: the last of the runs above and one run after it
+//   backlog     the drain rate with a large backlog, as a share of the median of the drains of
+//               --drain jobs beside it: the --runs above and as many again after it
 //   sleep_jobs  1 ms sleep jobs on 16 threads, as a share of the 16,000 jobs/s ideal
 //   latency     on an idle node, enqueue return to handler start (both on this process's clock),
 //               one job at a time, --gap (whole milliseconds) idle between a job's start and
@@ -406,6 +406,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The median, of an even count the mean of the middle two (median() takes the upper one).
+double middle(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 // "median (min..max)" of a figure over the runs, each with `decimals` digits after the point.
 std::string spread(const std::vector<double>& v, int decimals) {
   const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
@@ -470,26 +477,35 @@ void report(Bench& b, const Options& o) {
     line("leader peak resident memory", spread(rss, 1) + " MB");
     figure("memory", {{"jobs", o.drain}, {"leader_peak_rss_mb", median(rss)}, {"runs", rss}});
     if (o.backlog > 0) {
-      // The base drain runs again after the large one, and the ratio divides by the mean of the
-      // two base drains beside it: on a machine whose speed drifts over minutes, the drain before
-      // alone made single runs of the ratio differ by ten points.
-      const double before = rate.back();
+      // The base drains run again after the large one, as many as before it, and the ratio
+      // divides by the median of all of them: on a machine whose speed drifts over minutes, the
+      // drain before alone made single runs of the ratio differ by ten points, and one base drain
+      // on each side (a second or two each, against the large drain's minute and more) moved
+      // the ratio from 71 % to 100 % over three runs whose large drains were within 9 % of each
+      // other (docs/performance-log.md, 2026-12-02).
       const auto d = b.drain(o.backlog, "noop", "{}");
-      const auto after = b.drain(o.drain, "noop", "{}");
-      const double beside = (before + after.rate) / 2;
+      std::vector<double> after, after_changes;
+      for (std::size_t r = 0; r < runs; ++r) {
+        const auto a = b.drain(o.drain, "noop", "{}");
+        after.push_back(a.rate);
+        after_changes.push_back(static_cast<double>(a.leader_changes));
+      }
+      std::vector<double> all = rate;
+      all.insert(all.end(), after.begin(), after.end());
+      const double beside = middle(all);
       line("drain, large backlog", spread({d.rate}, 0) + " jobs/s");
-      line("drain, base again after it", spread({after.rate}, 0) + " jobs/s");
+      line("drain, base again after it", spread(after, 0) + " jobs/s");
       line("backlog rate / base rate beside it", spread({100 * d.rate / beside}, 1) + " %");
       line("leader changes, large backlog", std::to_string(d.leader_changes));
       figure("backlog", {{"jobs", o.backlog},
                          {"jobs_per_s", d.rate},
                          {"base_jobs", o.drain},
-                         {"base_before_jobs_per_s", before},
-                         {"base_after_jobs_per_s", after.rate},
+                         {"base_before_runs", rate},
+                         {"base_after_runs", after},
                          {"base_jobs_per_s", beside},
                          {"ratio", d.rate / beside},
                          {"leader_changes", d.leader_changes},
-                         {"base_after_leader_changes", after.leader_changes},
+                         {"base_after_leader_changes", after_changes},
                          {"lock_ttl", o.lock_ttl.empty() ? "default" : o.lock_ttl}});
     }
   }
