@@ -54,7 +54,7 @@ std::string fresh_password() {
   return buf;
 }
 
-// Drops `role` (and what it owns here) when the test ends, however it ends: a superuser that
+// Drops `role` (and what it owns here) when the test ends, passing or failing: a superuser that
 // can log in with a password must not outlive its test on the server.
 class DroppedAtEnd {
  public:
@@ -160,7 +160,11 @@ TEST(Security, APasswordNeverAppearsInLogsErrorsConfigOrMetrics) {
   Cluster cluster(schema, 0);
   {
     pqxx::nontransaction tx(cluster.db());
-    tx.exec("CREATE ROLE " + role + " LOGIN SUPERUSER PASSWORD " + tx.quote(password));
+    // Dropped at the end; and should the test be killed first, its password expires anyway.
+    const auto until =
+        tx.exec("SELECT (now() + interval '10 minutes')::text")[0][0].as<std::string>();
+    tx.exec("CREATE ROLE " + role + " LOGIN SUPERUSER PASSWORD " + tx.quote(password) +
+            " VALID UNTIL " + tx.quote(until));
   }
   const DroppedAtEnd dropped(cluster.db(), role);
   auto base = baton::describe_database_url(database_url());
