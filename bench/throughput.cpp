@@ -401,13 +401,8 @@ class Bench {
 
 }  // namespace
 
+// Of an even count (an even --runs, or the backlog's base drains), the mean of the middle two.
 double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// The median, of an even count the mean of the middle two (median() takes the upper one).
-double middle(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const auto n = v.size();
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
@@ -492,7 +487,7 @@ void report(Bench& b, const Options& o) {
       }
       std::vector<double> all = rate;
       all.insert(all.end(), after.begin(), after.end());
-      const double beside = middle(all);
+      const double beside = median(all);
       line("drain, large backlog", spread({d.rate}, 0) + " jobs/s");
       line("drain, base again after it", spread(after, 0) + " jobs/s");
       line("backlog rate / base rate beside it", spread({100 * d.rate / beside}, 1) + " %");
