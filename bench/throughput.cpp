@@ -1,5 +1,6 @@
 // bench/throughput: issue 10's figures on a local cluster. Prints a table and one JSON object per
-// figure (`"bench"` is enqueue, drain, cpu, memory, backlog, sleep_jobs or latency).
+// figure (`"bench"` is enqueue, drain, cpu, memory, backlog, sleep_jobs, latency or
+// latency_floor).
 //   enqueue     single sequential enqueues on one connection; batches of 1,000 and 10,000;
 //               COPY of 1,000 rows a statement into the same table, the batches' floor
 //   drain       N queued no-op jobs drained by 1 leader + 2 passive batond processes
@@ -11,12 +12,16 @@
 //   latency     on an idle node, enqueue return to handler start (both on this process's clock),
 //               one job at a time, --gap (whole milliseconds) idle between a job's start and
 //               the next enqueue
+//   latency_floor  the same with the least a NOTIFY-based queue does (an INSERT that notifies;
+//               a listener that claims one row FOR UPDATE SKIP LOCKED when notified), enqueue
+//               return to the notification and to the claim's answer; not in the default set
 //   console     the drain with --console-pages open console pages (served by a passive node,
 //               each refreshing the queues and cluster pages every 2 s) vs none, interleaved
 //
 //   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
 //                    [--backlog 0] [--sleep-jobs 48000] [--runs 3]
-//                    [--console-pages 10] [--only enqueue,drain,sleep,latency,console]
+//                    [--console-pages 10]
+//                    [--only enqueue,drain,sleep,latency,latency_floor,console]
 //                    [--lock-ttl 500ms] [--gap 2ms]
 // --threads 0 and --batch-size 0 leave the node's own defaults, and so does no --lock-ttl. The
 // drain figures count the leader changes from the nodes' start to the drain's end (each one
@@ -24,6 +29,7 @@
 // Figures are medians of --runs runs, printed with their range.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -388,6 +394,133 @@ class Bench {
     return ms;
   }
 
+  // The floor under that figure on this server: the least that any job system built on a
+  // NOTIFY needs. A producer's one statement inserts a row and notifies; a listener, woken by
+  // the notification, claims one row in one statement (FOR UPDATE SKIP LOCKED, its session
+  // committing asynchronously as baton's claims do) and then deletes it. One round trip after
+  // the notification is the least a job system can take: a notification's payload proves
+  // nothing (any role that can connect may NOTIFY any channel), so what runs must be read, and
+  // claimed, from the table. Enqueue return to the notification read (`notified`), and to the
+  // claim's answer (`claimed`), in ms, each sorted; the same samples and gap as latency().
+  struct Floor {
+    std::vector<double> notified, claimed;
+  };
+  Floor latency_floor() {
+    const std::string table = schema_ + ".floor_jobs";
+    exec("DROP TABLE IF EXISTS " + table);
+    exec("CREATE TABLE " + table +
+         " (id bigserial PRIMARY KEY, state text NOT NULL DEFAULT 'queued', payload jsonb NOT "
+         "NULL)");
+    std::mutex m;
+    std::condition_variable cv;
+    std::unordered_map<std::int64_t, std::pair<Clock::time_point, Clock::time_point>> seen;
+    std::atomic<bool> stop{false};
+    std::atomic<bool> listening{false};
+    std::string failure;
+    std::thread listener([&] {
+      try {
+        auto conn = baton::detail::connect({.url = url_,
+                                            .schema = schema_,
+                                            .application_name = "bench-floor",
+                                            .synchronous_commit_off = true});
+        struct Receiver : pqxx::notification_receiver {
+          Receiver(pqxx::connection_base& c, Clock::time_point& at, long& n)
+              : pqxx::notification_receiver(c, "bench_floor"), at_(at), n_(n) {}
+          void operator()(const std::string&, int) override {
+            at_ = Clock::now();
+            ++n_;
+          }
+          Clock::time_point& at_;
+          long& n_;
+        };
+        Clock::time_point at{};
+        long notes = 0;
+        long handled = 0;
+        Receiver receiver(*conn, at, notes);
+        conn->prepare("claim", "UPDATE " + table +
+                                   " SET state = 'running' WHERE id = (SELECT id FROM " + table +
+                                   " WHERE state = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP "
+                                   "LOCKED) RETURNING id");
+        conn->prepare("done", "DELETE FROM " + table + " WHERE id = $1");
+        listening = true;
+        cv.notify_all();
+        while (!stop.load()) {
+          // A notification read off the socket during the last job's statements counts too, and
+          // one whose claim found nothing is claimed again at the next timeout.
+          if (notes == handled) {
+            pollfd fd{conn->sock(), POLLIN, 0};
+            const int ready = ::poll(&fd, 1, 100);
+            if (ready > 0) conn->get_notifs();
+            if (ready > 0 && notes == handled) continue;
+          }
+          handled = notes;
+          const auto notified = at;
+          pqxx::nontransaction tx(*conn);
+          const auto rows = tx.exec_prepared("claim");
+          const auto claimed = Clock::now();
+          if (rows.empty()) continue;
+          const auto id = rows[0][0].as<std::int64_t>();
+          {
+            std::lock_guard lock(m);
+            seen[id] = {notified, claimed};
+          }
+          cv.notify_all();
+          tx.exec_prepared("done", id);
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard lock(m);
+        failure = e.what();
+        listening = true;
+        cv.notify_all();
+      }
+    });
+    Floor f;
+    auto end = [&] {
+      stop = true;
+      listener.join();
+    };
+    try {
+      {
+        std::unique_lock lock(m);
+        if (!cv.wait_for(lock, 30s, [&] { return listening.load(); })) {
+          throw std::runtime_error("the floor's listener did not start within 30 s");
+        }
+        if (!failure.empty()) throw std::runtime_error("the floor's listener: " + failure);
+      }
+      auto producer = baton::detail::connect({.url = url_, .schema = schema_});
+      producer->prepare("enqueue", "WITH j AS (INSERT INTO " + table +
+                                       " (payload) VALUES ('{}') RETURNING id) SELECT id, "
+                                       "pg_notify('bench_floor', '') FROM j");
+      for (int i = 0; i < o_.samples; ++i) {
+        const auto id = [&] {
+          pqxx::nontransaction tx(*producer);
+          return tx.exec_prepared("enqueue")[0][0].as<std::int64_t>();
+        }();
+        const auto returned = Clock::now();
+        std::unique_lock lock(m);
+        if (!cv.wait_for(lock, 10s, [&] { return seen.count(id) != 0 || !failure.empty(); })) {
+          throw std::runtime_error("floor job " + std::to_string(id) +
+                                   " was not claimed within 10 s");
+        }
+        if (!failure.empty()) throw std::runtime_error("the floor's listener: " + failure);
+        const auto [notified, claimed] = seen[id];
+        f.notified.push_back(
+            std::chrono::duration<double, std::milli>(notified - returned).count());
+        f.claimed.push_back(std::chrono::duration<double, std::milli>(claimed - returned).count());
+        lock.unlock();
+        std::this_thread::sleep_for(o_.gap);
+      }
+    } catch (...) {
+      end();
+      throw;
+    }
+    end();
+    exec("DROP TABLE " + table);
+    std::sort(f.notified.begin(), f.notified.end());
+    std::sort(f.claimed.begin(), f.claimed.end());
+    return f;
+  }
+
  private:
   std::string url_;
   Options o_;
@@ -547,18 +680,37 @@ void report(Bench& b, const Options& o) {
                           {"share_of_ideal", median(rate) / ideal},
                           {"runs", rate}});
   }
+  auto pct = [](const std::vector<double>& ms, double p) {
+    return ms[static_cast<std::size_t>(p * (ms.size() - 1))];
+  };
   if (o.wants("latency")) {
     const auto ms = b.latency();
-    auto pct = [&](double p) { return ms[static_cast<std::size_t>(p * (ms.size() - 1))]; };
     char text[160];
     std::snprintf(text, sizeof text, "p50 %.3f ms  p99 %.3f ms  max %.3f ms  (%zu samples)",
-                  pct(0.5), pct(0.99), ms.back(), ms.size());
+                  pct(ms, 0.5), pct(ms, 0.99), ms.back(), ms.size());
     line("latency, enqueue return to start", text);
     figure("latency", {{"samples", ms.size()},
                        {"gap_ms", o.gap.count()},
-                       {"p50_ms", pct(0.5)},
-                       {"p99_ms", pct(0.99)},
+                       {"p50_ms", pct(ms, 0.5)},
+                       {"p99_ms", pct(ms, 0.99)},
                        {"max_ms", ms.back()}});
+  }
+  if (o.wants("latency_floor")) {
+    const auto f = b.latency_floor();
+    char text[160];
+    std::snprintf(text, sizeof text, "p50 %.3f ms  p99 %.3f ms  max %.3f ms  (%zu samples)",
+                  pct(f.claimed, 0.5), pct(f.claimed, 0.99), f.claimed.back(), f.claimed.size());
+    line("latency floor, enqueue return to claimed", text);
+    std::snprintf(text, sizeof text, "p50 %.3f ms  p99 %.3f ms", pct(f.notified, 0.5),
+                  pct(f.notified, 0.99));
+    line("latency floor, enqueue return to notified", text);
+    figure("latency_floor", {{"samples", f.claimed.size()},
+                             {"gap_ms", o.gap.count()},
+                             {"p50_ms", pct(f.claimed, 0.5)},
+                             {"p99_ms", pct(f.claimed, 0.99)},
+                             {"max_ms", f.claimed.back()},
+                             {"notified_p50_ms", pct(f.notified, 0.5)},
+                             {"notified_p99_ms", pct(f.notified, 0.99)}});
   }
 }
 
@@ -567,7 +719,8 @@ int main(int argc, char** argv) {
           argc, argv,
           "bench/throughput [--drain 100000] [--samples 1000] [--threads 16] "
           "[--batch-size 1000] [--backlog 0] [--sleep-jobs 48000] [--runs 3] "
-          "[--console-pages 10] [--only enqueue,drain,sleep,latency,console] [--lock-ttl 500ms] "
+          "[--console-pages 10] [--only enqueue,drain,sleep,latency,latency_floor,console] "
+          "[--lock-ttl 500ms] "
           "[--gap 2ms]");
       code >= 0)
     return code;
