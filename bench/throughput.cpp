@@ -1,6 +1,6 @@
 // bench/throughput: issue 10's figures on a local cluster. Prints a table and one JSON object per
 // figure (`"bench"` is enqueue, drain, cpu, memory, backlog, sleep_jobs, latency,
-// latency_floor or console).
+// latency_floor, latency_claim or console).
 //   enqueue     single sequential enqueues on one connection; batches of 1,000 and 10,000;
 //               COPY of 1,000 rows a statement into the same table, the batches' floor
 //   drain       N queued no-op jobs drained by 1 leader + 2 passive batond processes
@@ -15,19 +15,22 @@
 //   latency_floor  the same with the least a NOTIFY-based queue does (an INSERT that notifies;
 //               a listener that claims one row FOR UPDATE SKIP LOCKED when notified), enqueue
 //               return to the notification and to the claim's answer; not in the default set
+//   latency_claim  the same listener claiming through baton's own claim from baton's jobs table
+//               (the poller's session settings, a lock row of its own): baton's claim alone,
+//               to set beside latency_floor in one run; not in the default set
 //   console     the drain with --console-pages open console pages (served by a passive node,
 //               each refreshing the queues and cluster pages every 2 s) vs none, interleaved
 //
 //   bench/throughput [--drain 100000] [--samples 1000] [--threads 16] [--batch-size 1000]
 //                    [--backlog 0] [--sleep-jobs 48000] [--runs 3]
 //                    [--console-pages 10]
-//                    [--only enqueue,drain,sleep,latency,latency_floor,console]
+//                    [--only enqueue,drain,sleep,latency,latency_floor,latency_claim,console]
 //                    [--lock-ttl 500ms] [--gap 2ms]
 // --threads 0 and --batch-size 0 leave the node's own defaults, and so does no --lock-ttl. The
 // drain figures count the leader changes from the nodes' start to the drain's end (each one
 // fences the outcomes of the leader it replaced; their jobs run again).
-// Figures are medians of --runs runs, printed with their range; latency and latency_floor are
-// one run of --samples each.
+// Figures are medians of --runs runs, printed with their range; latency, latency_floor and
+// latency_claim are one run of --samples each.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -52,6 +55,7 @@
 #include <baton/baton.h>
 
 #include "baton/detail/db.h"
+#include "baton/detail/job_store.h"
 #include "baton/detail/migrations.h"
 #include "bench_db.h"
 #include "support/testkit.h"
@@ -407,12 +411,22 @@ class Bench {
     std::vector<double> notified, claimed;
     int late = 0;  // samples claimed at the listener's 100 ms timeout (0 in a sound run)
   };
-  Floor latency_floor() {
-    const std::string table = schema_ + ".floor_jobs";
-    exec("DROP TABLE IF EXISTS " + table);
-    exec("CREATE TABLE " + table +
-         " (id bigserial PRIMARY KEY, state text NOT NULL DEFAULT 'queued', payload jsonb NOT "
-         "NULL)");
+  // With `baton_claim`, the listener claims through baton's own claim (detail::claim_jobs, the
+  // poller's session settings, a lock row of its own to be fenced by) from baton's jobs table:
+  // the same path with baton's claim in place of the least one, to measure that claim alone.
+  Floor latency_floor(bool baton_claim = false) {
+    const std::string table = baton_claim ? schema_ + ".jobs" : schema_ + ".floor_jobs";
+    const baton::detail::Claimer claimer{{"bench-floor", "bench"}, "bench-floor", 1};
+    if (baton_claim) {
+      exec("INSERT INTO " + schema_ +
+           ".locks (lock_key, region, client_id, epoch, expires_at) VALUES ('bench-floor', "
+           "'bench', 'bench-floor', 1, 'infinity') ON CONFLICT DO NOTHING");
+    } else {
+      exec("DROP TABLE IF EXISTS " + table);
+      exec("CREATE TABLE " + table +
+           " (id bigserial PRIMARY KEY, state text NOT NULL DEFAULT 'queued', payload jsonb NOT "
+           "NULL)");
+    }
     std::mutex m;
     std::condition_variable cv;
     std::unordered_map<std::int64_t, std::pair<Clock::time_point, Clock::time_point>> seen;
@@ -423,10 +437,14 @@ class Bench {
     const std::string channel = schema_ + "_floor";
     std::thread listener([&] {
       try {
-        auto conn = baton::detail::connect({.url = url_,
-                                            .schema = schema_,
-                                            .application_name = "bench-floor",
-                                            .synchronous_commit_off = true});
+        baton::detail::ConnectOptions options{.url = url_,
+                                              .schema = schema_,
+                                              .application_name = "bench-floor",
+                                              .synchronous_commit_off = true};
+        // As the poller's claim session (worker::plan_claims).
+        options.generic_plans = baton_claim;
+        options.order_from_index = baton_claim;
+        auto conn = baton::detail::connect(options);
         struct Receiver : pqxx::notification_receiver {
           Receiver(pqxx::connection_base& c, const std::string& channel, Clock::time_point& at,
                    long& n)
@@ -442,10 +460,12 @@ class Bench {
         long notes = 0;
         long handled = 0;
         Receiver receiver(*conn, channel, at, notes);
-        conn->prepare("claim", "UPDATE " + table +
-                                   " SET state = 'running' WHERE id = (SELECT id FROM " + table +
-                                   " WHERE state = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP "
-                                   "LOCKED) RETURNING id");
+        if (!baton_claim) {
+          conn->prepare("claim", "UPDATE " + table +
+                                     " SET state = 'running' WHERE id = (SELECT id FROM " + table +
+                                     " WHERE state = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP "
+                                     "LOCKED) RETURNING id");
+        }
         conn->prepare("done", "DELETE FROM " + table + " WHERE id = $1");
         {
           std::lock_guard lock(m);
@@ -468,11 +488,23 @@ class Bench {
           }
           handled = notes;
           const auto notified = at;
+          std::int64_t id = 0;
+          Clock::time_point claimed;
+          if (baton_claim) {
+            baton::detail::ClaimFilter filter;
+            filter.types = {"floor"};
+            const auto jobs = baton::detail::claim_jobs(*conn, claimer, 100, filter, schema_);
+            claimed = Clock::now();
+            if (jobs.empty()) continue;
+            id = jobs.front().job.id;
+          } else {
+            pqxx::nontransaction claim(*conn);
+            const auto rows = claim.exec_prepared("claim");
+            claimed = Clock::now();
+            if (rows.empty()) continue;
+            id = rows[0][0].as<std::int64_t>();
+          }
           pqxx::nontransaction tx(*conn);
-          const auto rows = tx.exec_prepared("claim");
-          const auto claimed = Clock::now();
-          if (rows.empty()) continue;
-          const auto id = rows[0][0].as<std::int64_t>();
           {
             std::lock_guard lock(m);
             seen[id] = {notified, claimed};
@@ -503,7 +535,10 @@ class Bench {
       }
       auto producer = baton::detail::connect({.url = url_, .schema = schema_});
       producer->prepare("enqueue", "WITH j AS (INSERT INTO " + table +
-                                       " (payload) VALUES ('{}') RETURNING id) SELECT id, "
+                                       (baton_claim ? " (queue, type, payload) VALUES ('default', "
+                                                      "'floor', '{}')"
+                                                    : " (payload) VALUES ('{}')") +
+                                       " RETURNING id) SELECT id, "
                                        "pg_notify($1, '') FROM j");
       for (int i = 0; i < o_.samples; ++i) {
         const auto id = [&] {
@@ -530,7 +565,11 @@ class Bench {
     }
     end();
     f.late = late;
-    exec("DROP TABLE " + table);
+    if (baton_claim) {
+      exec("DELETE FROM " + schema_ + ".locks WHERE lock_key = 'bench-floor'");
+    } else {
+      exec("DROP TABLE " + table);
+    }
     std::sort(f.notified.begin(), f.notified.end());
     std::sort(f.claimed.begin(), f.claimed.end());
     return f;
@@ -710,23 +749,26 @@ void report(Bench& b, const Options& o) {
                        {"p99_ms", pct(ms, 0.99)},
                        {"max_ms", ms.back()}});
   }
-  if (o.wants("latency_floor")) {
-    const auto f = b.latency_floor();
+  for (const bool baton_claim : {false, true}) {
+    const char* name = baton_claim ? "latency_claim" : "latency_floor";
+    if (!o.wants(name)) continue;
+    const auto f = b.latency_floor(baton_claim);
+    const std::string what = baton_claim ? "latency floor with baton's claim" : "latency floor";
     char text[160];
     std::snprintf(text, sizeof text, "p50 %.3f ms  p99 %.3f ms  max %.3f ms  (%zu samples)",
                   pct(f.claimed, 0.5), pct(f.claimed, 0.99), f.claimed.back(), f.claimed.size());
-    line("latency floor, enqueue return to claimed", text);
+    line((what + ", enqueue return to claimed").c_str(), text);
     std::snprintf(text, sizeof text, "p50 %.3f ms  p99 %.3f ms  (%d claimed late)",
                   pct(f.notified, 0.5), pct(f.notified, 0.99), f.late);
-    line("latency floor, enqueue return to notified", text);
-    figure("latency_floor", {{"samples", f.claimed.size()},
-                             {"gap_ms", o.gap.count()},
-                             {"p50_ms", pct(f.claimed, 0.5)},
-                             {"p99_ms", pct(f.claimed, 0.99)},
-                             {"max_ms", f.claimed.back()},
-                             {"notified_p50_ms", pct(f.notified, 0.5)},
-                             {"notified_p99_ms", pct(f.notified, 0.99)},
-                             {"late", f.late}});
+    line((what + ", enqueue return to notified").c_str(), text);
+    figure(name, {{"samples", f.claimed.size()},
+                  {"gap_ms", o.gap.count()},
+                  {"p50_ms", pct(f.claimed, 0.5)},
+                  {"p99_ms", pct(f.claimed, 0.99)},
+                  {"max_ms", f.claimed.back()},
+                  {"notified_p50_ms", pct(f.notified, 0.5)},
+                  {"notified_p99_ms", pct(f.notified, 0.99)},
+                  {"late", f.late}});
   }
 }
 
@@ -735,7 +777,8 @@ int main(int argc, char** argv) {
           argc, argv,
           "bench/throughput [--drain 100000] [--samples 1000] [--threads 16] "
           "[--batch-size 1000] [--backlog 0] [--sleep-jobs 48000] [--runs 3] "
-          "[--console-pages 10] [--only enqueue,drain,sleep,latency,latency_floor,console] "
+          "[--console-pages 10] [--only "
+          "enqueue,drain,sleep,latency,latency_floor,latency_claim,console] "
           "[--lock-ttl 500ms] "
           "[--gap 2ms]");
       code >= 0)
