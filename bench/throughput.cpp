@@ -411,13 +411,15 @@ class Bench {
     std::vector<double> notified, claimed;
     int late = 0;  // samples claimed at the listener's 100 ms timeout (0 in a sound run)
   };
-  // With `baton_claim`, the listener claims through baton's own claim (detail::claim_jobs, the
-  // poller's session settings, a lock row of its own to be fenced by) from baton's jobs table:
-  // the same path with baton's claim in place of the least one, to measure that claim alone.
+  // With `baton_claim`, the listener claims through baton's own claim (detail::claim_jobs, with
+  // the poller's planning settings and asynchronous commit, and a lock row of its own to be
+  // fenced by) from baton's jobs table, vacuumed first as latency() does: the same path with
+  // baton's claim in place of the least one, to measure that claim alone.
   Floor latency_floor(bool baton_claim = false) {
     const std::string table = baton_claim ? schema_ + ".jobs" : schema_ + ".floor_jobs";
     const baton::detail::Claimer claimer{{"bench-floor", "bench"}, "bench-floor", 1};
     if (baton_claim) {
+      exec("VACUUM ANALYZE " + table);
       exec("INSERT INTO " + schema_ +
            ".locks (lock_key, region, client_id, epoch, expires_at) VALUES ('bench-floor', "
            "'bench', 'bench-floor', 1, 'infinity') ON CONFLICT DO NOTHING");
@@ -441,7 +443,8 @@ class Bench {
                                               .schema = schema_,
                                               .application_name = "bench-floor",
                                               .synchronous_commit_off = true};
-        // As the poller's claim session (worker::plan_claims).
+        // As the poller's claim session plans (worker::plan_claims); its timeouts are left out, as
+        // nothing here waits for a row lock.
         options.generic_plans = baton_claim;
         options.order_from_index = baton_claim;
         auto conn = baton::detail::connect(options);
@@ -753,7 +756,7 @@ void report(Bench& b, const Options& o) {
     const char* name = baton_claim ? "latency_claim" : "latency_floor";
     if (!o.wants(name)) continue;
     const auto f = b.latency_floor(baton_claim);
-    const std::string what = baton_claim ? "latency floor with baton's claim" : "latency floor";
+    const std::string what = baton_claim ? "floor, baton's claim" : "latency floor";
     char text[160];
     std::snprintf(text, sizeof text, "p50 %.3f ms  p99 %.3f ms  max %.3f ms  (%zu samples)",
                   pct(f.claimed, 0.5), pct(f.claimed, 0.99), f.claimed.back(), f.claimed.size());
