@@ -121,6 +121,108 @@ TEST(Migrations, AnUpgradeLetsTheRolesThatPruneHistoryCallItsNewFunctions) {
                pqxx::insufficient_privilege);
 }
 
+TEST(Migrations, TheJobsRulesMoveToDomainsKeepingRowsViewsAndGrants) {
+  // Migration 0022 moves the jobs table's three CHECK constraints into domains. An upgrade keeps
+  // every row where it was (the table is not rewritten), the views over jobs with their grants,
+  // and the claim index usable; afterwards the rules refuse the same values as before, from any
+  // role that may write jobs, and such a role cannot drop them.
+  constexpr int kBefore = 21;
+  const std::string schema = unique_schema("migrate_domains");
+  auto conn = detail::connect({.url = database_url(), .schema = schema});
+  ASSERT_EQ(detail::migrate(*conn, schema, kBefore), kBefore);
+  const auto producer = role_name(schema, "producer");
+  const auto reader = role_name(schema, "reader");
+  std::int64_t table_file = 0;
+  {
+    pqxx::nontransaction tx(*conn);
+    for (const auto& r : {producer, reader})
+      tx.exec("CREATE ROLE " + tx.quote_name(r) + " LOGIN");
+    const auto s = tx.quote_name(schema);
+    tx.exec("GRANT USAGE ON SCHEMA " + s + " TO " + tx.quote_name(producer) + ", " +
+            tx.quote_name(reader));
+    tx.exec("GRANT SELECT, INSERT, UPDATE ON " + s + ".jobs TO " + tx.quote_name(producer));
+    tx.exec("GRANT SELECT ON " + s + ".queue_stats, " + s + ".recent_failures TO " +
+            tx.quote_name(reader));
+    tx.exec(
+        "INSERT INTO jobs (queue, type, max_attempts, timeout_ms) "
+        "SELECT 'q', 'noop', 1 + g % 1000, nullif(g % 3, 0) * 100 "
+        "FROM generate_series(1, 3000) g");
+    tx.exec(
+        "UPDATE jobs SET state = 'running', claim_group = 'g', claimed_epoch = 1 "
+        "WHERE id % 10 = 0");
+    tx.exec("UPDATE jobs SET last_error = 'boom' WHERE id % 100 = 1");
+    table_file =
+        tx.exec("SELECT relfilenode FROM pg_catalog.pg_class WHERE oid = 'jobs'::regclass")[0][0]
+            .as<std::int64_t>();
+  }
+  EXPECT_EQ(detail::migrate(*conn, schema), detail::latest_schema_version() - kBefore);
+  {
+    pqxx::nontransaction tx(*conn);
+    EXPECT_EQ(
+        tx.exec("SELECT relfilenode FROM pg_catalog.pg_class WHERE oid = 'jobs'::regclass")[0][0]
+            .as<std::int64_t>(),
+        table_file)
+        << "the jobs table was rewritten";
+    EXPECT_EQ(tx.exec("SELECT count(*) FROM pg_catalog.pg_constraint "
+                      "WHERE conrelid = 'jobs'::regclass AND contype = 'c'")[0][0]
+                  .as<int>(),
+              0);
+    const auto stats = tx.exec("SELECT available, running FROM queue_stats WHERE queue = 'q'");
+    ASSERT_EQ(stats.size(), 1U);
+    EXPECT_EQ(stats[0][0].as<int>(), 2700);
+    EXPECT_EQ(stats[0][1].as<int>(), 300);
+    tx.exec("SET enable_seqscan = off");
+    const auto plan = tx.exec(
+        "EXPLAIN SELECT id FROM jobs WHERE state = 'available' AND shard = 0 "
+        "ORDER BY shard, priority, run_at, id LIMIT 10");
+    std::string text;
+    for (const auto& r : plan)
+      text += std::string(r[0].c_str()) + "\n";
+    EXPECT_NE(text.find("jobs_claim_idx"), std::string::npos) << text;
+  }
+  // The views kept their grants and their column types.
+  {
+    pqxx::connection as_reader(url_as(reader));
+    pqxx::nontransaction tx(as_reader);
+    const auto s = tx.quote_name(schema);
+    EXPECT_EQ(tx.exec("SELECT count(*) FROM " + s + ".recent_failures")[0][0].as<int>(), 30);
+    EXPECT_EQ(tx.exec("SELECT pg_catalog.pg_typeof(max_attempts)::text FROM " + s +
+                      ".recent_failures LIMIT 1")[0][0]
+                  .as<std::string>(),
+              "integer");
+    EXPECT_EQ(tx.exec("SELECT sum(available + running) FROM " + s + ".queue_stats")[0][0].as<int>(),
+              3000);
+  }
+  // The producer writes what the rules allow and nothing else, and cannot lift them.
+  pqxx::connection as_producer(url_as(producer));
+  const auto s = as_producer.quote_name(schema);
+  const auto refused = [&](const std::string& sql) {
+    pqxx::nontransaction tx(as_producer);
+    EXPECT_THROW(tx.exec(sql), pqxx::check_violation) << sql;
+  };
+  refused("INSERT INTO " + s + ".jobs (queue, type, state) VALUES ('q', 'noop', 'done')");
+  refused("INSERT INTO " + s + ".jobs (queue, type, max_attempts) VALUES ('q', 'noop', 0)");
+  refused("INSERT INTO " + s + ".jobs (queue, type, max_attempts) VALUES ('q', 'noop', 1001)");
+  refused("INSERT INTO " + s + ".jobs (queue, type, timeout_ms) VALUES ('q', 'noop', 0)");
+  refused("UPDATE " + s + ".jobs SET state = 'finished' WHERE id = 1");
+  refused("UPDATE " + s + ".jobs SET max_attempts = max_attempts - 1000 WHERE id = 2");
+  {
+    pqxx::nontransaction tx(as_producer);
+    EXPECT_NO_THROW(
+        tx.exec("INSERT INTO " + s +
+                ".jobs (queue, type, state, max_attempts, timeout_ms) VALUES "
+                "('q', 'noop', 'running', 1000, NULL), ('q', 'noop', 'available', 1, 1)"));
+  }
+  for (const char* rule : {"job_state DROP CONSTRAINT job_state_check",
+                           "job_max_attempts DROP CONSTRAINT job_max_attempts_check",
+                           "job_timeout_ms DROP CONSTRAINT job_timeout_ms_check"}) {
+    pqxx::nontransaction tx(as_producer);
+    EXPECT_THROW(tx.exec("ALTER DOMAIN " + s + "." + rule), pqxx::insufficient_privilege) << rule;
+  }
+  pqxx::nontransaction tx(*conn);
+  EXPECT_EQ(tx.exec("SELECT count(*) FROM jobs")[0][0].as<int>(), 3002);
+}
+
 TEST(Migrations, AMissingSchemaSaysHowToCreateIt) {
   const std::string schema = unique_schema("migrate_missing");
   auto conn = detail::connect({.url = database_url(), .schema = schema});
