@@ -12,10 +12,12 @@
 -- SQLSTATE 23514 (check_violation), as before, now naming the domain's constraint. Every role
 -- that could write a row before still can: a domain needs no privilege to be written to.
 --
--- The change rewrites nothing: the columns first take domains without rules (binary compatible
--- with their types, so the table and its indexes are kept as they are), the rules are added to
--- the domains and checked against the rows (one read of the table; the CHECK constraints held
--- for each of them until then), and then the CHECK constraints go. The two views over jobs are
+-- The table is not rewritten: the columns first take domains without rules (binary compatible
+-- with their types, so the rows and the indexes on other columns stay as they are; PostgreSQL
+-- builds again the three indexes whose predicate names state, 1.7 s at 1M jobs with the checks
+-- below), the rules are added to the domains and checked against the rows (one read of the
+-- table; the CHECK constraints held for each of them until then), and then the CHECK
+-- constraints go. The two views over jobs are
 -- dropped and created again as they were, with the grants they had: PostgreSQL does not change
 -- a column's type under a view. (A view of the deployment's own over either of them stops the
 -- migration, with PostgreSQL's error naming it: drop it first and create it again after.)
