@@ -141,8 +141,14 @@ TEST(Migrations, TheJobsRulesMoveToDomainsKeepingRowsViewsAndGrants) {
     tx.exec("GRANT USAGE ON SCHEMA " + s + " TO " + tx.quote_name(producer) + ", " +
             tx.quote_name(reader));
     tx.exec("GRANT SELECT, INSERT, UPDATE ON " + s + ".jobs TO " + tx.quote_name(producer));
-    tx.exec("GRANT SELECT ON " + s + ".queue_stats, " + s + ".recent_failures TO " +
+    tx.exec("GRANT SELECT ON " + s + ".recent_failures TO " + tx.quote_name(reader));
+    // A column grant, a comment and a view of the deployment's own over one of baton's views.
+    tx.exec("GRANT SELECT (queue, available, running) ON " + s + ".queue_stats TO " +
             tx.quote_name(reader));
+    tx.exec("COMMENT ON VIEW " + s + ".queue_stats IS 'per queue'");
+    tx.exec("CREATE VIEW " + s + ".own_depth AS SELECT queue, available FROM " + s +
+            ".queue_stats");
+    tx.exec("GRANT SELECT ON " + s + ".own_depth TO " + tx.quote_name(reader));
     tx.exec(
         "INSERT INTO jobs (queue, type, max_attempts, timeout_ms) "
         "SELECT 'q', 'noop', 1 + g % 1000, nullif(g % 3, 0) * 100 "
@@ -192,6 +198,11 @@ TEST(Migrations, TheJobsRulesMoveToDomainsKeepingRowsViewsAndGrants) {
               "integer");
     EXPECT_EQ(tx.exec("SELECT sum(available + running) FROM " + s + ".queue_stats")[0][0].as<int>(),
               3000);
+    EXPECT_EQ(tx.exec("SELECT sum(available) FROM " + s + ".own_depth")[0][0].as<int>(), 2700);
+    EXPECT_EQ(tx.exec("SELECT obj_description(" + tx.quote(schema + ".queue_stats") +
+                      "::regclass, 'pg_class')")[0][0]
+                  .as<std::string>(),
+              "per queue");
   }
   // The producer writes what the rules allow and nothing else, and cannot lift them.
   pqxx::connection as_producer(url_as(producer));
@@ -219,8 +230,24 @@ TEST(Migrations, TheJobsRulesMoveToDomainsKeepingRowsViewsAndGrants) {
     pqxx::nontransaction tx(as_producer);
     EXPECT_THROW(tx.exec("ALTER DOMAIN " + s + "." + rule), pqxx::insufficient_privilege) << rule;
   }
+  // Nor may it declare anything over the domains (an operator over job_state would be found
+  // before the built-in text operators by a query on a path where it may create objects).
+  for (const char* domain : {"job_state", "job_max_attempts", "job_timeout_ms"}) {
+    pqxx::nontransaction tx(as_producer);
+    EXPECT_THROW(tx.exec("CREATE FUNCTION pg_temp.f(" + s + "." + domain +
+                         ") RETURNS boolean LANGUAGE sql AS 'SELECT true'"),
+                 pqxx::insufficient_privilege)
+        << domain;
+  }
   pqxx::nontransaction tx(*conn);
   EXPECT_EQ(tx.exec("SELECT count(*) FROM jobs")[0][0].as<int>(), 3002);
+  // The columns' statistics are there for the planner, as before the change of type.
+  EXPECT_EQ(
+      tx.exec("SELECT count(*) FROM pg_catalog.pg_stats WHERE schemaname = " + tx.quote(schema) +
+              " AND tablename = 'jobs' AND attname IN ('state', 'max_attempts', "
+              "'timeout_ms')")[0][0]
+          .as<int>(),
+      3);
 }
 
 TEST(Migrations, AMissingSchemaSaysHowToCreateIt) {
