@@ -121,16 +121,6 @@ UPDATE jobs SET shard = shard_of(partition_key, $1)
                FOR UPDATE SKIP LOCKED))
 )sql";
 
-std::string claim_sql(bool skip_locked, bool after) {
-  std::string sql = std::string(kClaimSql) + kClaimedColumns;
-  sql.replace(sql.find("%a"), 2,
-              after ? "AND (priority, run_at, id) > ($11::int, pg_catalog.to_timestamp(0) + "
-                      "$12::bigint * interval '1 microsecond', $13::bigint)"
-                    : "");
-  sql.replace(sql.find("%s"), 2, skip_locked ? "FOR UPDATE SKIP LOCKED" : "");
-  return sql;
-}
-
 // Running jobs that no live run will finish (see rescue_lost in job_store.h), then their fate:
 // back to the queue, dead (the lost run was the last attempt), or cancelled (it was asked).
 // $1 group, $2 epoch, $3 ids this node still runs, $4 leaderless grace in ms.
@@ -501,6 +491,16 @@ std::vector<ClaimedJob> claimed_jobs(const pqxx::result& rows, const Claimer& cl
 
 }  // namespace
 
+std::string claim_statement(bool skip_locked, bool after) {
+  std::string sql = std::string(kClaimSql) + kClaimedColumns;
+  sql.replace(sql.find("%a"), 2,
+              after ? "AND (priority, run_at, id) > ($11::int, pg_catalog.to_timestamp(0) + "
+                      "$12::bigint * interval '1 microsecond', $13::bigint)"
+                    : "");
+  sql.replace(sql.find("%s"), 2, skip_locked ? "FOR UPDATE SKIP LOCKED" : "");
+  return sql;
+}
+
 std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
                                    const ClaimFilter& filter, const std::string& schema) {
   // Prepared: the claim is planned once per connection, not once per batch.
@@ -508,7 +508,7 @@ std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claime
                                                {"baton_claim_skip", "baton_claim_skip_after"}};
   const bool after = filter.after.has_value();
   const char* name = kNames[filter.skip_locked ? 1 : 0][after ? 1 : 0];
-  conn.prepare(name, claim_sql(filter.skip_locked, after));
+  conn.prepare(name, claim_statement(filter.skip_locked, after));
   auto claim = [&](pqxx::transaction_base& tx) {
     return after ? tx.exec_prepared(name, claimer.node_id, claimer.epoch, claimer.lock.lock_key,
                                     claimer.lock.region, text_array(filter.queues), limit,

@@ -80,6 +80,11 @@ struct ClaimedJob {
   bool cluster_limited = false;
 };
 
+// The claim's statement as claim_jobs prepares it: with FOR UPDATE SKIP LOCKED or without, and
+// from the start of claim order or after a place in it. Its parameters are claim_jobs' (see
+// there). For bench/claim_parts, which takes it apart.
+std::string claim_statement(bool skip_locked, bool after);
+
 // Claims up to `limit` available, due jobs that `filter` admits (and not of paused queues) for
 // the claimer. `schema` names the deployment in the jobs' derived idempotency keys.
 std::vector<ClaimedJob> claim_jobs(pqxx::connection& conn, const Claimer& claimer, int limit,
