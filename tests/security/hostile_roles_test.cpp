@@ -354,6 +354,50 @@ TEST_F(HostileRoles, NoRoleCallsABatonFunctionWithoutAGrant) {
   }
 }
 
+// A dashboard's role granted baton's views and nothing else filters them with a function of its
+// own, declared cheap so that PostgreSQL runs it before the view's own conditions, and raises
+// what it sees: without the views' security barrier (migration 0023) it read dead jobs older
+// than recent_failures' day, with their errors, which the view leaves out (and still did with
+// the option set on the view as it was, a UNION ALL, which PostgreSQL merges into the query).
+TEST_F(HostileRoles, AReaderOfTheViewsSeesNoRowTheyLeaveOutThroughAFunctionOfItsOwn) {
+  {
+    pqxx::nontransaction tx(*db_);
+    tx.exec("GRANT SELECT ON queue_stats, recent_failures TO " + stranger_);
+    tx.exec(
+        "INSERT INTO jobs (queue, type, last_error) VALUES ('q', 'shown-retrying', 'boom'), "
+        "('q', 'hidden-live', NULL)");
+    tx.exec(
+        "INSERT INTO dead_jobs (id, queue, type, payload, priority, attempts, max_attempts, "
+        "created_at, died_at, reason, last_error) VALUES "
+        "(901, 'q', 'shown-dead', '{}', 0, 3, 3, now(), now(), 'exhausted', 'boom'), "
+        "(902, 'q', 'hidden-old', '{}', 0, 3, 3, now(), now() - interval '2 days', 'exhausted', "
+        "'an old secret')");
+  }
+  auto reader = as(stranger_);
+  ASSERT_EQ(attempt(*reader,
+                    "CREATE FUNCTION pg_temp.peek(t text) RETURNS bool LANGUAGE plpgsql "
+                    "IMMUTABLE COST 0.0000001 AS $$ BEGIN IF t LIKE 'hidden%' THEN "
+                    "RAISE EXCEPTION 'saw %', t; END IF; RETURN true; END $$"),
+            "");
+  // The function does run on what the reader may see.
+  EXPECT_NE(attempt(*reader, "SELECT pg_temp.peek('hidden-test')").find("saw hidden-test"),
+            std::string::npos);
+  ASSERT_EQ(attempt(*reader, "SELECT * FROM " + q("recent_failures") + " WHERE pg_temp.peek(type)"),
+            "")
+      << "the reader saw a row the view leaves out";
+  EXPECT_EQ(query_value(*reader, "SELECT count(*) FROM " + q("recent_failures") +
+                                     " WHERE pg_temp.peek(type)"),
+            "2");
+  // Every view of the schema, including any a later migration adds, is a barrier.
+  const auto open = pqxx::nontransaction(*db_).exec_params(
+      "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+      " WHERE n.nspname = $1 AND c.relkind = 'v' "
+      "   AND NOT coalesce('security_barrier=true' = ANY (c.reloptions), false)",
+      schema_);
+  for (const auto& r : open)
+    ADD_FAILURE() << "view " << r[0].c_str() << " is not a security barrier";
+}
+
 TEST_F(HostileRoles, OnlyARoleThatMayWriteControlRequestsAsksForAStepDownAndItIsNamed) {
   auto stranger = as(stranger_);
   EXPECT_NE(attempt(*stranger, "INSERT INTO " + q("control_requests") +
