@@ -21,7 +21,7 @@
 // of each step (a rung's p50 less the rung's below, in the same round).
 //   bench/claim_parts [--rounds 5] [--samples 200] [--gap 2ms]
 // --gap is the idle time after each claim (bench/throughput's latency bench waits as long).
-// Uses DATABASE_URL when set, else a throwaway PostgreSQL. About 20 s with the defaults.
+// Uses DATABASE_URL when set, else a throwaway PostgreSQL. About 30 s with the defaults.
 #include <libpq-fe.h>
 #include <poll.h>
 #include <unistd.h>
