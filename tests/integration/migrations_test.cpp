@@ -1,6 +1,7 @@
 // Migrations against a real PostgreSQL: once under concurrency, idempotent, newer refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "baton/detail/db.h"
@@ -250,6 +251,74 @@ TEST(Migrations, TheJobsRulesMoveToDomainsKeepingRowsViewsAndGrants) {
               "'timeout_ms')")[0][0]
           .as<int>(),
       3);
+}
+
+TEST(Migrations, TheViewsBecomeBarriersKeepingTheirRowsGrantsOptionsAndDependents) {
+  // Migration 0023 makes both views security barriers and rewrites recent_failures over a
+  // subquery. An upgrade keeps what a deployment set on them: the grant to its dashboard, a
+  // comment, an option of its own (CREATE OR REPLACE VIEW alone drops it) and a view over them.
+  constexpr int kBefore = 22;
+  const std::string schema = unique_schema("migrate_barriers");
+  auto conn = detail::connect({.url = database_url(), .schema = schema});
+  ASSERT_EQ(detail::migrate(*conn, schema, kBefore), kBefore);
+  const auto reader = role_name(schema, "reader");
+  const auto s = conn->quote_name(schema);
+  {
+    pqxx::nontransaction tx(*conn);
+    tx.exec("CREATE ROLE " + tx.quote_name(reader) + " LOGIN");
+    tx.exec("GRANT USAGE ON SCHEMA " + s + " TO " + tx.quote_name(reader));
+    tx.exec("GRANT SELECT ON " + s + ".recent_failures TO " + tx.quote_name(reader));
+    tx.exec("COMMENT ON VIEW " + s + ".recent_failures IS 'for the dashboard'");
+    tx.exec("ALTER VIEW " + s + ".recent_failures SET (security_invoker = false)");
+    tx.exec("CREATE VIEW " + s + ".own_failures AS SELECT id, status FROM " + s +
+            ".recent_failures");
+    tx.exec("GRANT SELECT ON " + s + ".own_failures TO " + tx.quote_name(reader));
+    tx.exec("INSERT INTO jobs (queue, type, last_error) VALUES ('q', 'noop', 'boom')");
+    tx.exec(
+        "INSERT INTO dead_jobs (id, queue, type, payload, priority, attempts, max_attempts, "
+        "created_at, died_at, reason, last_error) VALUES "
+        "(901, 'q', 'noop', '{}', 0, 3, 3, now(), now(), 'exhausted', 'boom'), "
+        "(902, 'q', 'noop', '{}', 0, 3, 3, now(), now() - interval '2 days', 'exhausted', 'old')");
+  }
+  const auto rows = [&](pqxx::connection& c) {
+    std::string out;
+    for (const auto& r : pqxx::nontransaction(c).exec(
+             "SELECT id, queue, type, attempts, max_attempts, last_error, next_run_at IS NULL, "
+             "status, pg_typeof(max_attempts)::text FROM " +
+             s + ".recent_failures ORDER BY id"))
+      for (const auto& f : r)
+        out +=
+            std::string(f.is_null() ? "NULL" : f.c_str()) + (f.num() + 1 < r.size() ? "|" : "\n");
+    return out;
+  };
+  const auto before = rows(*conn);
+  ASSERT_EQ(detail::migrate(*conn, schema), detail::latest_schema_version() - kBefore);
+  EXPECT_EQ(rows(*conn), before);
+  EXPECT_EQ(std::count(before.begin(), before.end(), '\n'), 2) << before;
+  pqxx::nontransaction tx(*conn);
+  for (const char* view : {"recent_failures", "queue_stats"}) {
+    const auto options = tx.exec_params(
+        "SELECT o.option_name, o.option_value FROM pg_options_to_table("
+        "  (SELECT reloptions FROM pg_class WHERE oid = to_regclass($1))) o ORDER BY 1",
+        schema + "." + view);
+    std::string text;
+    for (const auto& r : options)
+      text += std::string(r[0].c_str()) + "=" + r[1].c_str() + " ";
+    EXPECT_EQ(text, std::string(view) == "recent_failures"
+                        ? "security_barrier=true security_invoker=false "
+                        : "security_barrier=true ")
+        << view;
+  }
+  EXPECT_EQ(tx.exec("SELECT obj_description(to_regclass(" + tx.quote(schema + ".recent_failures") +
+                    "), 'pg_class')")[0][0]
+                .as<std::string>(),
+            "for the dashboard");
+  pqxx::connection as_reader(url_as(reader));
+  EXPECT_EQ(rows(as_reader), before);
+  EXPECT_EQ(pqxx::nontransaction(as_reader)
+                .exec("SELECT count(*) FROM " + s + ".own_failures")[0][0]
+                .as<int>(),
+            2);
 }
 
 TEST(Migrations, AMissingSchemaSaysHowToCreateIt) {
