@@ -14,8 +14,8 @@
 -- The option alone does not protect a view that is a UNION ALL: PostgreSQL 15 merges such a
 -- view's branches into the query that reads it and pushes the reader's conditions into each
 -- branch, barrier or not (with the option set alone, the test's reader still read the old dead
--- jobs). So recent_failures reads its union from a
--- subquery, the same rows and columns, and the barrier is the view's, above the union.
+-- jobs). So recent_failures reads its union from a subquery, the same rows and columns, and the
+-- barrier is the view's, above the union.
 -- CREATE OR REPLACE keeps the view itself: its owner, grants, comment and the views over it;
 -- the options a deployment set on it are kept too (below).
 --
