@@ -13,10 +13,6 @@
 
 namespace baton::worker {
 
-namespace {
-
-// The outcomes' session: durable commits (synchronous), a statement bound, no transaction left
-// open.
 detail::ConnectOptions completion_session(detail::ConnectOptions connect) {
   if (connect.statement_timeout_ms == 0) connect.statement_timeout_ms = 60'000;
   if (connect.idle_in_transaction_timeout_ms == 0) connect.idle_in_transaction_timeout_ms = 10'000;
@@ -26,6 +22,8 @@ detail::ConnectOptions completion_session(detail::ConnectOptions connect) {
   connect.generic_plans = true;
   return connect;
 }
+
+namespace {
 
 // A batch that has not been written this long is cut and written again on a new connection.
 constexpr auto kWriteDeadline = std::chrono::seconds(30);

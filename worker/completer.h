@@ -31,6 +31,11 @@
 
 namespace baton::worker {
 
+// The outcomes' session, from `connect`: durable commits (synchronous), a statement bound, no
+// transaction left open, the completion planned once. The completer's session is so, and so are
+// tests that complete as it does.
+detail::ConnectOptions completion_session(detail::ConnectOptions connect);
+
 class Completer {
  public:
   // The most outcomes one write (one transaction) carries.

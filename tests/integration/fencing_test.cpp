@@ -12,6 +12,7 @@
 #include "baton/detail/job_store.h"
 #include "baton/detail/migrations.h"
 #include "support/support.h"
+#include "worker/completer.h"
 #include "worker/poller.h"
 
 namespace {
@@ -259,7 +260,8 @@ TEST_F(Fencing, ABatchOfOutcomesCompletesItsOwnJobsAloneWhereverTheirIdsLie) {
   detail::apply_outcomes(*conn_, {}, {}, nullptr, {released(jobs[5])});
   // The completer's session settings (plans made once, no sequential scans).
   pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
-  conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
+  conn_ = detail::connect(
+      baton::worker::completion_session({.url = database_url(), .schema = schema_}));
   // Which path a batch took: PostgreSQL 15 and 16 count a scan of the primary key by a list of
   // ids as one index scan per id, and a scan of a range as one. (Flushing the counts needs 15;
   // from 17 a list's ids on one leaf page may be read in one scan, so the count tells nothing.)
@@ -639,7 +641,8 @@ TEST_F(Fencing, OutcomesAndTheRescueReadOnlyTheRowsTheyNeedWhateverTheStatistics
   // The completer's session plans the completion once for every batch. (This session's reads so
   // far are flushed first, to be counted before.)
   pqxx::nontransaction(*conn_).exec("SELECT pg_stat_force_next_flush()");
-  conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
+  conn_ = detail::connect(
+      baton::worker::completion_session({.url = database_url(), .schema = schema_}));
   const auto before = reads();
   std::vector<std::int64_t> fenced;
   EXPECT_EQ(detail::apply_outcomes(*conn_, outcomes, {}, &fenced, {}), std::size_t{kDone});
@@ -726,7 +729,9 @@ TEST_F(Fencing, PlansMadeOnANearlyEmptyQueueReadOnlyTheRowsTheyNeedOnceItGrew) {
     GTEST_SKIP() << "pg_stat_force_next_flush() needs PostgreSQL 15";
   pqxx::nontransaction(*conn_).exec("ALTER TABLE jobs SET (autovacuum_enabled = false)");
   // The completer's and the poller's session settings.
-  conn_ = detail::connect({.url = database_url(), .schema = schema_, .generic_plans = true});
+  auto both = baton::worker::completion_session({.url = database_url(), .schema = schema_});
+  baton::worker::plan_claims(both);
+  conn_ = detail::connect(both);
   // Planned now, on the fixture's three waiting jobs: all three claimed, one completed.
   const auto first = claim("old", 1);
   ASSERT_FALSE(first.empty());
