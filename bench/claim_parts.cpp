@@ -13,12 +13,12 @@
 //   + columns      what baton's claim returns: baton's claim as the poller prepares it
 // The rungs from "claim shape" up are cut from the library's own claim statement
 // (detail::claim_statement); the bench stops if a part is no longer found in it. Each listener
-// is a session of its own, set up as the poller's claim session plans (generic plans, no JIT,
-// asynchronous commit), on a channel of its own; one thread drives producer and listeners, so
-// the notification is on the listener's socket when the producer's answer comes back.
-// Each round takes --samples jobs through every rung, in a new random order for each job; the
-// figures are medians over --rounds rounds of each round's median (p50), with their range, and
-// of each step (a rung's p50 less the rung's below, in the same round).
+// is a session of its own, set as the poller's claim session is (worker::with_claim_session:
+// generic plans, no JIT, asynchronous commit, its timeouts), on a channel of its own; one thread
+// drives producer and listeners, so the notification is on the listener's socket when the
+// producer's answer comes back. Each round takes --samples jobs through every rung, in a new random
+// order for each job; the figures are medians over --rounds rounds of each round's median (p50),
+// with their range, and of each step (a rung's p50 less the rung's below, in the same round).
 //   bench/claim_parts [--rounds 5] [--samples 200] [--gap 2ms]
 // --gap is the idle time after each claim (bench/throughput's latency bench waits as long).
 // Uses DATABASE_URL when set, else a throwaway PostgreSQL. About 30 s with the defaults.
@@ -46,6 +46,7 @@
 #include "baton/detail/job_store.h"
 #include "baton/detail/migrations.h"
 #include "bench_db.h"
+#include "worker/poller.h"
 
 namespace {
 
@@ -206,12 +207,11 @@ void run(const std::string& url, const Options& o) {
   }
   const auto rungs = ladder();
   const std::string path = "SET search_path TO " + schema;
-  // As the poller's claim session plans and commits (detail::connect: generic_plans,
-  // order_from_index, synchronous_commit_off).
-  const std::string claim_settings =
-      path +
-      "; SET synchronous_commit = off; SET plan_cache_mode = force_generic_plan; SET jit = off; "
-      "SET enable_seqscan = off; SET enable_sort = off";
+  // Each listener's session is set as the poller's claim session is.
+  baton::worker::PollerConfig poller;
+  poller.connect = {.url = url, .schema = schema};
+  const std::string claim_settings = baton::detail::session_statement(
+      *admin, baton::worker::with_claim_session(std::move(poller)).connect);
   Conn producer = open(url, path);
   std::vector<Conn> listeners;
   const Oid claim_types[10] = {25, 20, 25, 25, 1009, 23, 1009, 25, 1009, 23};
@@ -341,11 +341,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "claim_parts: unknown flag %s\nusage: %s\n", flag.c_str(), kUsage);
         return 2;
       }
-    } catch (const std::invalid_argument&) {
-      std::fprintf(stderr, "claim_parts: %s takes a whole number from 1 to 100000, not '%s'\n",
-                   flag.c_str(), value.c_str());
-      return 2;
-    } catch (const std::out_of_range&) {
+    } catch (const std::logic_error&) {  // std::stoi's invalid_argument and out_of_range
       std::fprintf(stderr, "claim_parts: %s takes a whole number from 1 to 100000, not '%s'\n",
                    flag.c_str(), value.c_str());
       return 2;

@@ -56,14 +56,12 @@ constexpr auto kKeptJobTurn = std::chrono::milliseconds(1);
 
 }  // namespace
 
-namespace {
-
 // The claim session: a claim need not wait for its WAL flush (the first outcome of any claimed
 // job commits synchronously and so flushes the claim's earlier WAL with it; a crash that loses a
 // claim only leaves its job available, to run again as after any crash), and a row held by
 // another transaction (an operator's SELECT ... FOR UPDATE) must not stall every claim: give up
 // after a moment, then skip held rows for a while.
-PollerConfig with_session(PollerConfig config) {
+PollerConfig with_claim_session(PollerConfig config) {
   config.connect.synchronous_commit_off = true;
   plan_claims(config.connect);
   config.connect.lock_timeout_ms = static_cast<int>(config.lock_timeout.count());
@@ -73,8 +71,6 @@ PollerConfig with_session(PollerConfig config) {
   }
   return config;
 }
-
-}  // namespace
 
 void plan_claims(detail::ConnectOptions& options) {
   // Planned once: the claim's plan (its index scan in claim order) does not depend on the values,
@@ -86,7 +82,7 @@ void plan_claims(detail::ConnectOptions& options) {
 
 Poller::Poller(PollerConfig config, Executor& executor, detail::JobObserver* observer,
                const detail::Lease& lease)
-    : config_(with_session(std::move(config))),
+    : config_(with_claim_session(std::move(config))),
       executor_(executor),
       observer_(observer),
       lease_(lease) {

@@ -89,6 +89,11 @@ struct PollerConfig {
   Millis claim_time{0};
 };
 
+// `config` with the claim session's settings on its connection, as the poller opens it: no wait
+// for the WAL flush, claims planned as plan_claims says, `config.lock_timeout` as the lock
+// timeout, and bounds on statements and idle transactions.
+PollerConfig with_claim_session(PollerConfig config);
+
 class Poller {
  public:
   // `lease` is this node's leadership: checked before every claim, and the claims' deadline.

@@ -118,14 +118,11 @@ void validate_schema_name(std::string_view name) {
   }
 }
 
-std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
-  CallWatch::forget_last_call();
+std::string session_statement(pqxx::connection& conn, const ConnectOptions& o) {
+  if (!o.session_settings) return "";
   validate_schema_name(o.schema);
-  auto conn = std::make_unique<pqxx::connection>(build_conninfo(o));
-  if (!o.session_settings) return conn;
-  pqxx::nontransaction tx(*conn);
   // One round trip for every setting.
-  std::string set = "SET search_path TO " + tx.quote_name(o.schema);
+  std::string set = "SET search_path TO " + conn.quote_name(o.schema);
   auto add = [&set](const char* name, long long value) {
     if (value > 0) set += std::string("; SET ") + name + " = " + std::to_string(value);
   };
@@ -156,7 +153,15 @@ std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
     add("tcp_keepalives_count", 1);
     set += "; SET tcp_user_timeout = 0";
   }
-  tx.exec(set);
+  return set;
+}
+
+std::unique_ptr<pqxx::connection> connect(const ConnectOptions& o) {
+  CallWatch::forget_last_call();
+  validate_schema_name(o.schema);
+  auto conn = std::make_unique<pqxx::connection>(build_conninfo(o));
+  if (!o.session_settings) return conn;
+  pqxx::nontransaction(*conn).exec(session_statement(*conn, o));
   // libpqxx would open a new session by itself on the next call after the server ended this one
   // (a restart, a failover, a terminated backend), without the settings above: in the default
   // search_path, where a role that may create objects there would be found first, and with no

@@ -45,6 +45,11 @@ struct ConnectOptions {
   bool session_settings = true;
 };
 
+// The statement connect() runs on a new session for `options` (search_path and every setting,
+// in one round trip); empty when options.session_settings is false. `conn` quotes the schema.
+// For benches that open sessions of their own with libpq, as baton's would be.
+std::string session_statement(pqxx::connection& conn, const ConnectOptions& options);
+
 // Opens a connection with short client-side TCP bounds (keepalives, tcp_user_timeout, a 2 s
 // connect timeout, unless the URL sets them), application_name, search_path and the session
 // settings. Throws pqxx::broken_connection (with the password never in the message).
