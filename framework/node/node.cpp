@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -207,6 +208,7 @@ struct Node::Impl {
   bool prepare_schema() {
     detail::Backoff backoff(Millis(200), Millis(5000));
     std::string last_problem;
+    bool migration_waited = false;
     for (;;) {
       std::string problem;
       try {
@@ -217,7 +219,8 @@ struct Node::Impl {
         }
         auto conn = detail::connect(connect_options());
         if (config.migrate) {
-          const int applied = detail::migrate(*conn, config.schema);
+          const int applied =
+              detail::migrate(*conn, config.schema, 0, detail::kNodeMigrationLockWait);
           if (applied > 0) {
             spdlog::info("applied {} migration(s) to schema {}", applied, config.schema);
           }
@@ -229,6 +232,9 @@ struct Node::Impl {
         return true;
       } catch (const ConfigError&) {
         throw;
+      } catch (const detail::MigrationLockWait& e) {
+        problem = e.what();
+        migration_waited = true;
       } catch (const std::exception& e) {
         if (detail::is_authentication_error(e)) {
           // Not "unreachable": the server answered and refused these credentials.
@@ -250,7 +256,12 @@ struct Node::Impl {
         spdlog::error("{}; retrying with backoff", problem);
         last_problem = problem;
       }
-      if (wait_stop(backoff.next_jittered())) return false;
+      // Each try at a migration's locks holds the queue for its lock wait: not every few seconds.
+      const auto wait =
+          std::exchange(migration_waited, false)
+              ? detail::Backoff(detail::kMigrationRetry, detail::kMigrationRetry).next_jittered()
+              : backoff.next_jittered();
+      if (wait_stop(wait)) return false;
     }
   }
 };

@@ -3,6 +3,7 @@
 #include "baton/detail/migrations.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "baton/detail/db.h"
 #include "baton/detail/migrations_data.h"
@@ -40,50 +41,115 @@ int current_schema_version(pqxx::connection& conn, const std::string& schema) {
 // The migration that adds enqueue(text, text, text), which every role may execute.
 constexpr int kThreeArgumentEnqueue = 21;
 
-int migrate(pqxx::connection& conn, const std::string& schema, int up_to) {
-  pqxx::work tx(conn);
-  tx.exec_params(kLockSql, "baton.migrate/" + schema);
-  const int current = read_version(tx, schema);
-  const int latest = latest_schema_version();
-  if (current > latest) {
-    throw std::runtime_error("schema '" + schema + "' is at version " + std::to_string(current) +
-                             ", newer than this binary knows (" + std::to_string(latest) +
-                             "); upgrade baton on this node before starting it");
+namespace {
+
+// The sessions holding locks on the schema's relations, as far as this role may see them (a
+// transaction's start, not its age, so that a node retrying logs the same message again only
+// when it changes).
+constexpr const char* kLockHoldersSql = R"sql(
+SELECT pg_catalog.string_agg(pg_catalog.format(
+         'pid %s (role %s, %s, %s)', a.pid, coalesce(a.usename::text, 'unknown'),
+         coalesce(nullif(a.application_name, ''), 'no application name'),
+         CASE WHEN a.xact_start IS NULL THEN coalesce(a.state, 'state not visible to this role')
+              ELSE coalesce(a.state, 'busy') || '; its transaction began ' ||
+                   pg_catalog.to_char(a.xact_start AT TIME ZONE 'UTC',
+                                      'YYYY-MM-DD HH24:MI:SS') || ' UTC' END),
+         '; ' ORDER BY a.pid)
+  FROM pg_catalog.pg_stat_activity a
+ WHERE a.pid <> pg_catalog.pg_backend_pid()
+   AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                   JOIN pg_catalog.pg_class c ON c.oid = l.relation
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                  WHERE l.granted AND n.nspname = $1)
+)sql";
+
+std::string duration_text(std::chrono::milliseconds d) {
+  return d.count() % 1000 == 0 ? std::to_string(d.count() / 1000) + " s"
+                               : std::to_string(d.count()) + " ms";
+}
+
+std::string lock_wait_message(pqxx::connection& conn, const std::string& schema,
+                              const std::string& waiting, int version,
+                              std::chrono::milliseconds lock_wait) {
+  std::string holders;
+  try {
+    pqxx::read_transaction tx(conn);
+    const auto r = tx.exec_params(kLockHoldersSql, schema);
+    if (!r[0][0].is_null()) holders = r[0][0].as<std::string>();
+  } catch (const std::exception&) {
+    // The message is still the news; the list is a help.
   }
-  if (up_to > latest) {
-    throw std::invalid_argument("migrate: version " + std::to_string(up_to) +
-                                " is newer than this binary knows (" + std::to_string(latest) +
-                                ")");
+  return waiting + " waited " + duration_text(lock_wait) + " for a lock in schema '" + schema +
+         "' and gave up; nothing was applied (the schema " + "stays at version " +
+         std::to_string(version) + "). " +
+         (holders.empty() ? std::string("No session holds a lock there now.")
+                          : "Sessions holding locks there: " + holders + ".") +
+         " Migrate again once those transactions end (a session idle in a transaction holds its "
+         "locks until it ends; pg_terminate_backend(pid) ends it), or allow a longer wait "
+         "(batonctl migrate --lock-timeout 1m; 0s waits as long as it takes)";
+}
+
+}  // namespace
+
+int migrate(pqxx::connection& conn, const std::string& schema, int up_to,
+            std::chrono::milliseconds lock_wait) {
+  if (lock_wait.count() < 0) throw std::invalid_argument("migrate: the lock wait is negative");
+  std::string waiting;  // what the transaction is applying, for the lock wait's message
+  int current = 0;
+  try {
+    pqxx::work tx(conn);
+    tx.exec_params(kLockSql, "baton.migrate/" + schema);
+    current = read_version(tx, schema);
+    const int latest = latest_schema_version();
+    if (current > latest) {
+      throw std::runtime_error("schema '" + schema + "' is at version " + std::to_string(current) +
+                               ", newer than this binary knows (" + std::to_string(latest) +
+                               "); upgrade baton on this node before starting it");
+    }
+    if (up_to > latest) {
+      throw std::invalid_argument("migrate: version " + std::to_string(up_to) +
+                                  " is newer than this binary knows (" + std::to_string(latest) +
+                                  ")");
+    }
+    const int target = up_to > 0 ? up_to : latest;
+    // Current already: nothing to create, so a role that owns nothing (a node's) gets no error.
+    if (current >= target) return 0;
+    // Past the advisory lock: every other lock waits at most lock_wait.
+    tx.exec("SET LOCAL lock_timeout = " + std::to_string(lock_wait.count()));
+    const std::string q = tx.quote_name(schema);
+    waiting = "setting up schema " + schema;
+    tx.exec("CREATE SCHEMA IF NOT EXISTS " + q);
+    detail::search_schema_only(tx, schema);  // and pg_temp last, not first
+    tx.exec(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())");
+    int applied = 0;
+    for (const auto& m : embedded_migrations()) {
+      if (m.version <= current) continue;
+      if (m.version > target) break;
+      waiting = "migration " + std::string(m.name);
+      tx.exec(std::string(m.sql));
+      tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
+                     std::string(m.name));
+      ++applied;
+    }
+    waiting = "the grants after the migrations";
+    // Nobody calls baton's functions without a grant (PUBLIC has EXECUTE on every new function
+    // by default, and a migration may have added some).
+    tx.exec("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA " + q + " FROM PUBLIC");
+    // Except the three-argument enqueue (migration 0021): SECURITY INVOKER, it only calls the
+    // nine-argument one, whose EXECUTE is checked for its caller.
+    if (target >= kThreeArgumentEnqueue) {
+      tx.exec("GRANT EXECUTE ON FUNCTION " + q + ".enqueue(text, text, text) TO PUBLIC");
+    }
+    tx.commit();
+    return applied;
+  } catch (const pqxx::sql_error& e) {
+    // lock_not_available: the lock timeout, after the transaction rolled back.
+    if (e.sqlstate() != "55P03" || waiting.empty()) throw;
+    throw MigrationLockWait(lock_wait_message(conn, schema, waiting, current, lock_wait));
   }
-  const int target = up_to > 0 ? up_to : latest;
-  // Current already: nothing to create, so a role that owns nothing (a node's) gets no error.
-  if (current >= target) return 0;
-  const std::string q = tx.quote_name(schema);
-  tx.exec("CREATE SCHEMA IF NOT EXISTS " + q);
-  detail::search_schema_only(tx, schema);  // and pg_temp last, not first
-  tx.exec(
-      "CREATE TABLE IF NOT EXISTS schema_migrations ("
-      " version integer PRIMARY KEY, name text NOT NULL,"
-      " applied_at timestamptz NOT NULL DEFAULT now())");
-  int applied = 0;
-  for (const auto& m : embedded_migrations()) {
-    if (m.version <= current) continue;
-    if (m.version > target) break;
-    tx.exec(std::string(m.sql));
-    tx.exec_params("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version,
-                   std::string(m.name));
-    ++applied;
-  }
-  // Nobody calls baton's functions without a grant (PUBLIC has EXECUTE on every new function
-  // by default, and a migration may have added some).
-  tx.exec("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA " + q + " FROM PUBLIC");
-  // Except the three-argument enqueue (migration 0021): SECURITY INVOKER, it only calls the
-  // nine-argument one, whose EXECUTE is checked for its caller.
-  if (target >= kThreeArgumentEnqueue) {
-    tx.exec("GRANT EXECUTE ON FUNCTION " + q + ".enqueue(text, text, text) TO PUBLIC");
-  }
-  tx.commit();
-  return applied;
 }
 
 void require_current_schema(pqxx::connection& conn, const std::string& schema) {

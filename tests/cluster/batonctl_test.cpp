@@ -3,9 +3,15 @@
 
 #include <csignal>
 #include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "baton/detail/db.h"
+#include "baton/detail/migrations.h"
 #include "support/cluster.h"
 
 namespace {
@@ -141,6 +147,87 @@ namespace {
 
 using namespace baton::test;
 
+// A schema as the release before migration 0022 (which alters the jobs table) left it, and a
+// session named `holder_name` idle in a transaction that read jobs: an upgrade's migration
+// cannot lock the table until that transaction ends.
+struct SchemaInUse {
+  static constexpr int kBefore = 21;
+  std::string schema;
+  std::unique_ptr<pqxx::connection> conn;
+  std::unique_ptr<pqxx::connection> holder;
+  std::unique_ptr<pqxx::work> hold;
+
+  SchemaInUse(std::string name, const std::string& holder_name) : schema(std::move(name)) {
+    conn = baton::detail::connect({.url = database_url(), .schema = schema});
+    if (baton::detail::migrate(*conn, schema, kBefore) != kBefore) {
+      throw std::runtime_error("could not set up " + schema + " at version 21");
+    }
+    holder = baton::detail::connect(
+        {.url = database_url(), .schema = schema, .application_name = holder_name});
+    hold = std::make_unique<pqxx::work>(*holder);
+    hold->exec("SELECT count(*) FROM jobs");  // its lock on jobs lasts until it ends
+  }
+  ~SchemaInUse() {
+    hold.reset();
+    try {
+      pqxx::nontransaction(*conn).exec("DROP SCHEMA " + schema + " CASCADE");
+    } catch (const std::exception&) {
+      // A node still on it: the next run's schemas have other names.
+    }
+  }
+  int version() { return baton::detail::current_schema_version(*conn, schema); }
+};
+
+TEST(Batonctl, MigrateBehindAnOpenTransactionGivesUpAndSaysWhoHoldsTheLock) {
+  // batonctl migrate waits --lock-timeout, applies nothing, names the session, and exits 1;
+  // once that session ends, the same command applies the migrations.
+  SchemaInUse in_use(unique_schema("ctl_lock_wait_old"), "report-job");
+  Cluster cluster(unique_schema("ctl_lock_wait"), 0);
+  Ctl ctl{cluster};
+  auto out = ctl("--schema " + in_use.schema + " migrate --lock-timeout 300ms");
+  EXPECT_EQ(ctl.rc, 1) << out;
+  EXPECT_NE(out.find("0022_job_domains.sql waited 300 ms"), std::string::npos) << out;
+  EXPECT_NE(out.find("pid " + std::to_string(in_use.holder->backendpid()) + " (role "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("report-job, idle in transaction; its transaction began "), std::string::npos)
+      << out;
+  EXPECT_EQ(in_use.version(), SchemaInUse::kBefore);
+  in_use.hold->commit();
+  out = ctl("--schema " + in_use.schema + " migrate --lock-timeout 300ms");
+  EXPECT_EQ(ctl.rc, 0) << out;
+  const int rest = baton::detail::latest_schema_version() - SchemaInUse::kBefore;
+  EXPECT_NE(out.find("applied " + std::to_string(rest) + " migration(s)"), std::string::npos)
+      << out;
+}
+
+TEST(Batonctl, ANodeUpgradingBehindAnOpenTransactionGivesWayThenMigratesOnceItEnds) {
+  // A node that migrates at start waits a second for each lock, logs who holds it, and tries
+  // again later by itself; once the transaction ends it migrates and starts.
+  SchemaInUse in_use(unique_schema("node_lock_wait_old"), "nightly-export");
+  Cluster cluster(unique_schema("node_lock_wait"), 0);  // its nodes end before the schema goes
+  cluster.start("n1", {"--schema", in_use.schema});
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const auto logs = cluster.logs();
+        return logs.find("0022_job_domains.sql waited 1 s") != std::string::npos &&
+               logs.find("nightly-export, idle in transaction") != std::string::npos;
+      },
+      30s))
+      << cluster.logs();
+  EXPECT_EQ(in_use.version(), SchemaInUse::kBefore);
+  EXPECT_TRUE(cluster.process("n1").running()) << "the node waits, it does not exit";
+  in_use.hold->commit();
+  // Its next try comes 10-20 s after the first (kMigrationRetry).
+  ASSERT_TRUE(
+      wait_for([&] { return in_use.version() == baton::detail::latest_schema_version(); }, 60s))
+      << cluster.logs();
+  ASSERT_TRUE(wait_for(
+      [&] { return cluster.logs().find("database ready: " + in_use.schema) != std::string::npos; },
+      30s))
+      << cluster.logs();
+}
+
 TEST(Batonctl, EverySubcommandRefusesBadInputWithWhatToDo) {
   Cluster cluster(unique_schema("ctl_errors"), 0);
   Ctl ctl{cluster};
@@ -148,6 +235,10 @@ TEST(Batonctl, EverySubcommandRefusesBadInputWithWhatToDo) {
   auto out = ctl("--schema 'Bad-Name' migrate");
   EXPECT_EQ(ctl.rc, 2);
   EXPECT_NE(out.find("use 1..56 of a-z, 0-9 and _"), std::string::npos) << out;
+  // migrate: a lock wait that is not a duration.
+  out = ctl("migrate --lock-timeout soon");
+  EXPECT_EQ(ctl.rc, 2) << out;
+  EXPECT_NE(out.find("lock-timeout: 'soon' is not a duration"), std::string::npos) << out;
   // leader --step-down with no node running.
   out = ctl("leader --step-down");
   EXPECT_EQ(ctl.rc, 1);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "baton/detail/db.h"
@@ -319,6 +320,95 @@ TEST(Migrations, TheViewsBecomeBarriersKeepingTheirRowsGrantsOptionsAndDependent
                 .exec("SELECT count(*) FROM " + s + ".own_failures")[0][0]
                 .as<int>(),
             2);
+}
+
+TEST(Migrations, AMigrationBehindAnOpenTransactionGivesUpAppliesNothingAndSaysWhoHoldsIt) {
+  // Migration 0022 alters the jobs table, which takes its strongest lock. Behind a session that
+  // read jobs and sits idle in its transaction, the migration would wait for as long as that
+  // session lives, and every producer and claim would queue behind the migration. It waits the
+  // lock wait, then rolls back, naming what waited and who holds the locks.
+  constexpr int kBefore = 21;
+  const std::string schema = unique_schema("migrate_lock_wait");
+  auto conn = detail::connect({.url = database_url(), .schema = schema});
+  ASSERT_EQ(detail::migrate(*conn, schema, kBefore), kBefore);
+  auto holder =
+      detail::connect({.url = database_url(), .schema = schema, .application_name = "long-reader"});
+  auto hold = std::make_unique<pqxx::work>(*holder);
+  hold->exec("SELECT count(*) FROM jobs");  // its lock on jobs lasts until it ends
+  const std::string holder_pid = std::to_string(holder->backendpid());
+
+  std::atomic<bool> done{false};
+  std::string error;
+  std::thread migrating([&] {
+    try {
+      auto c = detail::connect({.url = database_url(), .schema = schema});
+      detail::migrate(*c, schema, 0, 300ms);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    done = true;
+  });
+  const bool gave_up = wait_for([&] { return done.load(); }, 30s);
+  if (!gave_up) hold->abort();  // let the migration through rather than hang the test
+  migrating.join();
+  ASSERT_TRUE(gave_up) << "the migration waited behind the open transaction past 30 s";
+  for (const std::string& part :
+       {std::string("0022_job_domains"), std::string("nothing was applied"),
+        std::string("stays at version 21"), "pid " + holder_pid, std::string("long-reader"),
+        std::string("idle in transaction"), std::string("--lock-timeout")}) {
+    EXPECT_NE(error.find(part), std::string::npos) << "no '" << part << "' in: " << error;
+  }
+  EXPECT_EQ(detail::current_schema_version(*conn, schema), kBefore);
+  // The jobs table kept its constraint-checked columns: 0022 did not half-apply.
+  EXPECT_EQ(query_int(*conn, "SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = '" +
+                                 schema + "'::regnamespace AND t.typtype = 'd'"),
+            0);
+
+  hold->commit();
+  hold.reset();
+  EXPECT_EQ(detail::migrate(*conn, schema, 0, 300ms), detail::latest_schema_version() - kBefore);
+  EXPECT_EQ(detail::current_schema_version(*conn, schema), detail::latest_schema_version());
+}
+
+TEST(Migrations, AProcessWaitingForAnothersMigrationWaitsPastTheLockWait) {
+  // Nodes starting at once: one migrates, the others wait on the migration's advisory lock and
+  // then find the work done. That wait is not cut at the lock wait, however long the migration.
+  const std::string schema = unique_schema("migrate_wait_other");
+  const std::string app = "wait-" + schema;
+  auto other = detail::connect({.url = database_url(), .schema = schema});
+  auto busy = std::make_unique<pqxx::work>(*other);
+  busy->exec_params("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                    "baton.migrate/" + schema);
+  std::atomic<int> applied{-1};
+  std::string error;
+  std::thread migrating([&] {
+    try {
+      auto c = detail::connect({.url = database_url(), .schema = schema, .application_name = app});
+      applied = detail::migrate(*c, schema, 0, 200ms);
+    } catch (const std::exception& e) {
+      error = e.what();
+      applied = -2;
+    }
+  });
+  auto probe = connect(schema);
+  const bool waited = wait_for(
+      [&] {
+        return applied.load() != -1 ||
+               query_int(*probe,
+                         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE "
+                         "application_name = '" +
+                             app +
+                             "' AND wait_event = 'advisory' AND now() - query_start > "
+                             "interval '1 second'") == 1;
+      },
+      30s);
+  const int before_release = applied.load();
+  busy->commit();
+  busy.reset();
+  migrating.join();
+  ASSERT_TRUE(waited) << "the migration never waited on the advisory lock";
+  EXPECT_EQ(before_release, -1) << "it ended while the other process held the lock: " << error;
+  EXPECT_EQ(applied.load(), detail::latest_schema_version()) << error;
 }
 
 TEST(Migrations, AMissingSchemaSaysHowToCreateIt) {

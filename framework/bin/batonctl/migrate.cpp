@@ -1,4 +1,9 @@
 // batonctl migrate: brings the schema to this binary's version (safe to run concurrently).
+#include <baton/config.h>
+
+#include <memory>
+#include <string>
+
 #include "baton/detail/migrations.h"
 #include "common.h"
 #include "output.h"
@@ -7,10 +12,16 @@ namespace batonctl {
 
 void add_migrate(CLI::App& app, const Global& g, Command& chosen) {
   auto* cmd = app.add_subcommand("migrate", "apply pending migrations (safe to run concurrently)");
-  cmd->callback([&g, &chosen] {
-    chosen = [&g] {
+  auto lock_timeout = std::make_shared<std::string>("5s");
+  cmd->add_option("--lock-timeout", *lock_timeout,
+                  "how long to wait for each lock before giving up, applying nothing (0s: no "
+                  "limit); producers and claims on that table wait behind the migration meanwhile")
+      ->capture_default_str();
+  cmd->callback([&g, &chosen, lock_timeout] {
+    chosen = [&g, lock_timeout] {
+      const auto wait = baton::parse_duration(*lock_timeout, "lock-timeout");
       auto conn = open(g, false);
-      const int applied = baton::detail::migrate(*conn, g.schema);
+      const int applied = baton::detail::migrate(*conn, g.schema, 0, wait);
       const int version = baton::detail::current_schema_version(*conn, g.schema);
       print_result(g.json,
                    "schema " + g.schema + " is at version " + std::to_string(version) +
