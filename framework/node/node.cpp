@@ -233,8 +233,9 @@ struct Node::Impl {
       } catch (const ConfigError&) {
         throw;
       } catch (const detail::MigrationLockWait& e) {
-        problem = e.what();
+        problem = e.what();  // one line, scrubbed
         migration_waited = true;
+        if (metrics != nullptr) metrics->database_error("migrate");
       } catch (const std::exception& e) {
         if (detail::is_authentication_error(e)) {
           // Not "unreachable": the server answered and refused these credentials.

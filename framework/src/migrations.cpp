@@ -2,11 +2,14 @@
 // so that ten nodes starting at once migrate exactly once and the others find it done.
 #include "baton/detail/migrations.h"
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "baton/detail/db.h"
 #include "baton/detail/migrations_data.h"
+#include "baton/detail/text.h"
 
 namespace baton::detail {
 namespace {
@@ -43,24 +46,31 @@ constexpr int kThreeArgumentEnqueue = 21;
 
 namespace {
 
-// The sessions holding locks on the schema's relations, as far as this role may see them (a
-// transaction's start, not its age, so that a node retrying logs the same message again only
-// when it changes).
+// The sessions that may hold what a migration waited for: those holding a lock on one of the
+// schema's relations in this database in a transaction older than the lock wait ($2, in ms),
+// oldest first (younger ones, a claim or an enqueue, began after the migration queued). Their
+// transactions' starts, not their ages, so that a node retrying logs the same message again
+// only when it changes. At most ten; then how many more.
 constexpr const char* kLockHoldersSql = R"sql(
-SELECT pg_catalog.string_agg(pg_catalog.format(
-         'pid %s (role %s, %s, %s)', a.pid, coalesce(a.usename::text, 'unknown'),
-         coalesce(nullif(a.application_name, ''), 'no application name'),
-         CASE WHEN a.xact_start IS NULL THEN coalesce(a.state, 'state not visible to this role')
-              ELSE coalesce(a.state, 'busy') || '; its transaction began ' ||
-                   pg_catalog.to_char(a.xact_start AT TIME ZONE 'UTC',
-                                      'YYYY-MM-DD HH24:MI:SS') || ' UTC' END),
-         '; ' ORDER BY a.pid)
-  FROM pg_catalog.pg_stat_activity a
- WHERE a.pid <> pg_catalog.pg_backend_pid()
-   AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
-                   JOIN pg_catalog.pg_class c ON c.oid = l.relation
-                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                  WHERE l.granted AND n.nspname = $1)
+WITH holders AS (
+  SELECT a.pid, a.usename, a.application_name, a.state, a.xact_start
+    FROM pg_catalog.pg_stat_activity a
+   WHERE a.pid <> pg_catalog.pg_backend_pid()
+     AND a.datname = pg_catalog.current_database()
+     AND a.xact_start <= pg_catalog.clock_timestamp() - $2::bigint * interval '1 millisecond'
+     AND a.pid IN (SELECT l.pid FROM pg_catalog.pg_locks l
+                     JOIN pg_catalog.pg_class c ON c.oid = l.relation
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                    WHERE l.granted AND n.nspname = $1
+                      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                         WHERE d.datname = pg_catalog.current_database())))
+SELECT (SELECT pg_catalog.string_agg(pg_catalog.format(
+                 'pid %s (role %L, application %L, %s; its transaction began %s UTC)', h.pid,
+                 h.usename, h.application_name, coalesce(h.state, 'state hidden'),
+                 pg_catalog.to_char(h.xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')),
+               '; ' ORDER BY h.xact_start, h.pid)
+          FROM (SELECT * FROM holders ORDER BY xact_start, pid LIMIT 10) h),
+       (SELECT count(*) FROM holders)
 )sql";
 
 std::string duration_text(std::chrono::milliseconds d) {
@@ -74,30 +84,44 @@ std::string lock_wait_message(pqxx::connection& conn, const std::string& schema,
   std::string holders;
   try {
     pqxx::read_transaction tx(conn);
-    const auto r = tx.exec_params(kLockHoldersSql, schema);
-    if (!r[0][0].is_null()) holders = r[0][0].as<std::string>();
-  } catch (const std::exception&) {
+    const auto r =
+        tx.exec_params(kLockHoldersSql, schema, static_cast<std::int64_t>(lock_wait.count()));
+    const auto listed = r[0][0].is_null() ? std::string() : r[0][0].as<std::string>();
+    const auto count = r[0][1].as<std::int64_t>();
+    holders = listed.empty()
+                  ? "No session holds a lock there in a transaction older than the wait now."
+                  : "Sessions holding locks there: " + listed +
+                        (count > 10 ? " and " + std::to_string(count - 10) + " more" : "") + ".";
+  } catch (const std::exception& e) {
     // The message is still the news; the list is a help.
+    holders = "The sessions holding locks could not be listed (" + one_line(e.what()) + ").";
   }
-  return waiting + " waited " + duration_text(lock_wait) + " for a lock in schema '" + schema +
-         "' and gave up; nothing was applied (the schema " + "stays at version " +
-         std::to_string(version) + "). " +
-         (holders.empty() ? std::string("No session holds a lock there now.")
-                          : "Sessions holding locks there: " + holders + ".") +
-         " Migrate again once those transactions end (a session idle in a transaction holds its "
-         "locks until it ends; pg_terminate_backend(pid) ends it), or allow a longer wait "
-         "(batonctl migrate --lock-timeout 1m; 0s waits as long as it takes)";
+  // Role and application names are any text their sessions chose: one line, no secrets.
+  return one_line(
+      scrub(waiting + " waited " + duration_text(lock_wait) + " for a lock in schema '" + schema +
+            "' and gave up; nothing was applied (the schema stays at version " +
+            std::to_string(version) + "). " + holders +
+            " Migrate again once those transactions end (a session idle in a transaction holds its "
+            "locks until it ends; pg_terminate_backend(pid) ends it), or allow a longer wait "
+            "(batonctl migrate --lock-timeout 1m; 0s waits as long as it takes)"),
+      4000);
 }
 
 }  // namespace
 
 int migrate(pqxx::connection& conn, const std::string& schema, int up_to,
             std::chrono::milliseconds lock_wait) {
-  if (lock_wait.count() < 0) throw std::invalid_argument("migrate: the lock wait is negative");
+  if (lock_wait.count() < 0 || lock_wait.count() > std::numeric_limits<int>::max()) {
+    throw std::invalid_argument("migrate: the lock wait must be 0 (no limit) to " +
+                                std::to_string(std::numeric_limits<int>::max()) + " ms");
+  }
   std::string waiting;  // what the transaction is applying, for the lock wait's message
   int current = 0;
   try {
     pqxx::work tx(conn);
+    // Another process's migration is waited for as long as it takes, whatever lock_timeout the
+    // role, the database or the connection string set.
+    tx.exec("SET LOCAL lock_timeout = 0");
     tx.exec_params(kLockSql, "baton.migrate/" + schema);
     current = read_version(tx, schema);
     const int latest = latest_schema_version();

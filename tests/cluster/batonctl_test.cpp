@@ -23,8 +23,9 @@ struct Ctl {
   int rc = -1;
   std::string operator()(const std::string& args, const std::string& stdin_text = "") {
     std::string out;
-    const std::string cmd = binary("batonctl") + " --database-url '" + database_url() +
-                            "' --schema " + cluster.schema() + " " + args;
+    // Bounded: a command that waits on a lock the test holds must not hang the suite.
+    const std::string cmd = "timeout 120 " + binary("batonctl") + " --database-url '" +
+                            database_url() + "' --schema " + cluster.schema() + " " + args;
     if (stdin_text.empty()) {
       rc = run_command(cmd + " < /dev/null", &out);
     } else {
@@ -190,7 +191,8 @@ TEST(Batonctl, MigrateBehindAnOpenTransactionGivesUpAndSaysWhoHoldsTheLock) {
   EXPECT_NE(out.find("pid " + std::to_string(in_use.holder->backendpid()) + " (role "),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("report-job, idle in transaction; its transaction began "), std::string::npos)
+  EXPECT_NE(out.find("application 'report-job', idle in transaction; its transaction began "),
+            std::string::npos)
       << out;
   EXPECT_EQ(in_use.version(), SchemaInUse::kBefore);
   in_use.hold->commit();
@@ -211,7 +213,7 @@ TEST(Batonctl, ANodeUpgradingBehindAnOpenTransactionGivesWayThenMigratesOnceItEn
       [&] {
         const auto logs = cluster.logs();
         return logs.find("0022_job_domains.sql waited 1 s") != std::string::npos &&
-               logs.find("nightly-export, idle in transaction") != std::string::npos;
+               logs.find("application 'nightly-export', idle in transaction") != std::string::npos;
       },
       30s))
       << cluster.logs();
@@ -239,6 +241,12 @@ TEST(Batonctl, EverySubcommandRefusesBadInputWithWhatToDo) {
   out = ctl("migrate --lock-timeout soon");
   EXPECT_EQ(ctl.rc, 2) << out;
   EXPECT_NE(out.find("lock-timeout: 'soon' is not a duration"), std::string::npos) << out;
+  out = ctl("migrate --lock-timeout 0.4ms");
+  EXPECT_EQ(ctl.rc, 2) << out;
+  EXPECT_NE(out.find("'0.4ms' is under 1 ms"), std::string::npos) << out;
+  out = ctl("migrate --lock-timeout 1000h");
+  EXPECT_EQ(ctl.rc, 2) << out;
+  EXPECT_NE(out.find("'1000h' is over 24h"), std::string::npos) << out;
   // leader --step-down with no node running.
   out = ctl("leader --step-down");
   EXPECT_EQ(ctl.rc, 1);

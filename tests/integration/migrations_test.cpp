@@ -359,6 +359,43 @@ TEST(Migrations, AMigrationBehindAnOpenTransactionGivesUpAppliesNothingAndSaysWh
     EXPECT_NE(error.find(part), std::string::npos) << "no '" << part << "' in: " << error;
   }
   EXPECT_EQ(detail::current_schema_version(*conn, schema), kBefore);
+  // A transaction on the schema's tables that began after the migration queued (a claim's, an
+  // enqueue's) is not named. And a second try says the same, so that a node retrying logs it
+  // once.
+  const std::string app = "again-" + schema;
+  std::string again;
+  std::atomic<bool> second_done{false};
+  std::thread second([&] {
+    try {
+      auto c = detail::connect({.url = database_url(), .schema = schema, .application_name = app});
+      detail::migrate(*c, schema, 0, 300ms);
+    } catch (const std::exception& e) {
+      again = e.what();
+    }
+    second_done = true;
+  });
+  auto probe = connect(schema);
+  const bool queued = wait_for(
+      [&] {
+        return query_int(*probe,
+                         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE "
+                         "application_name = '" +
+                             app + "' AND wait_event = 'relation'") == 1 ||
+               second_done.load();
+      },
+      30s);
+  auto young = detail::connect({.url = database_url(),
+                                .schema = schema,
+                                .application_name = "young-reader",
+                                .statement_timeout_ms = 5000});
+  pqxx::work young_tx(*young);
+  young_tx.exec("SELECT count(*) FROM queue_state");  // not a table the migration waits for
+  second.join();
+  young_tx.abort();
+  EXPECT_TRUE(queued) << "the second try never waited on the table";
+  EXPECT_EQ(again, error) << "a second try's message differs";
+  EXPECT_EQ(again.find("young-reader"), std::string::npos) << again;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << "one line: " << error;
   // The jobs table kept its constraint-checked columns: 0022 did not half-apply.
   EXPECT_EQ(query_int(*conn, "SELECT count(*) FROM pg_catalog.pg_type t WHERE t.typnamespace = '" +
                                  schema + "'::regnamespace AND t.typtype = 'd'"),
@@ -372,7 +409,8 @@ TEST(Migrations, AMigrationBehindAnOpenTransactionGivesUpAppliesNothingAndSaysWh
 
 TEST(Migrations, AProcessWaitingForAnothersMigrationWaitsPastTheLockWait) {
   // Nodes starting at once: one migrates, the others wait on the migration's advisory lock and
-  // then find the work done. That wait is not cut at the lock wait, however long the migration.
+  // then find the work done. That wait is not cut at the lock wait, however long the migration,
+  // nor by a lock_timeout the session came with.
   const std::string schema = unique_schema("migrate_wait_other");
   const std::string app = "wait-" + schema;
   auto other = detail::connect({.url = database_url(), .schema = schema});
@@ -383,7 +421,11 @@ TEST(Migrations, AProcessWaitingForAnothersMigrationWaitsPastTheLockWait) {
   std::string error;
   std::thread migrating([&] {
     try {
-      auto c = detail::connect({.url = database_url(), .schema = schema, .application_name = app});
+      // A lock_timeout of the session's own (a role's or a URL's) does not cut it either.
+      auto c = detail::connect({.url = database_url(),
+                                .schema = schema,
+                                .application_name = app,
+                                .lock_timeout_ms = 100});
       applied = detail::migrate(*c, schema, 0, 200ms);
     } catch (const std::exception& e) {
       error = e.what();
@@ -409,6 +451,47 @@ TEST(Migrations, AProcessWaitingForAnothersMigrationWaitsPastTheLockWait) {
   ASSERT_TRUE(waited) << "the migration never waited on the advisory lock";
   EXPECT_EQ(before_release, -1) << "it ended while the other process held the lock: " << error;
   EXPECT_EQ(applied.load(), detail::latest_schema_version()) << error;
+}
+
+TEST(Migrations, ALockWaitOfZeroWaitsUntilTheTransactionEnds) {
+  constexpr int kBefore = 21;
+  const std::string schema = unique_schema("migrate_no_limit");
+  const std::string app = "nolimit-" + schema;
+  auto conn = detail::connect({.url = database_url(), .schema = schema});
+  ASSERT_EQ(detail::migrate(*conn, schema, kBefore), kBefore);
+  auto holder = detail::connect({.url = database_url(), .schema = schema});
+  auto hold = std::make_unique<pqxx::work>(*holder);
+  hold->exec("SELECT count(*) FROM jobs");
+  std::atomic<int> applied{-1};
+  std::string error;
+  std::thread migrating([&] {
+    try {
+      auto c = detail::connect({.url = database_url(), .schema = schema, .application_name = app});
+      applied = detail::migrate(*c, schema, 0, 0ms);
+    } catch (const std::exception& e) {
+      error = e.what();
+      applied = -2;
+    }
+  });
+  auto probe = connect(schema);
+  // Waiting on the table's lock for longer than any wait this test would otherwise allow.
+  const bool waited = wait_for(
+      [&] {
+        return applied.load() != -1 ||
+               query_int(*probe,
+                         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE "
+                         "application_name = '" +
+                             app +
+                             "' AND wait_event = 'relation' AND now() - query_start > "
+                             "interval '1 second'") == 1;
+      },
+      30s);
+  const int before_release = applied.load();
+  hold->commit();
+  migrating.join();
+  ASSERT_TRUE(waited) << "the migration never waited on the table lock";
+  EXPECT_EQ(before_release, -1) << "it gave up: " << error;
+  EXPECT_EQ(applied.load(), detail::latest_schema_version() - kBefore) << error;
 }
 
 TEST(Migrations, AMissingSchemaSaysHowToCreateIt) {

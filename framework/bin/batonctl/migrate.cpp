@@ -1,6 +1,7 @@
 // batonctl migrate: brings the schema to this binary's version (safe to run concurrently).
 #include <baton/config.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,17 @@ void add_migrate(CLI::App& app, const Global& g, Command& chosen) {
   cmd->callback([&g, &chosen, lock_timeout] {
     chosen = [&g, lock_timeout] {
       const auto wait = baton::parse_duration(*lock_timeout, "lock-timeout");
+      // 0 is no limit: a wait that rounds to it would lift the limit it asked for.
+      if (wait.count() == 0 && lock_timeout->find_first_of("123456789") != std::string::npos) {
+        throw baton::ConfigError("lock-timeout: '" + *lock_timeout +
+                                 "' is under 1 ms; use 1ms or more, or 0s to wait as long as it "
+                                 "takes");
+      }
+      if (wait > std::chrono::hours(24)) {
+        throw baton::ConfigError("lock-timeout: '" + *lock_timeout +
+                                 "' is over 24h; use 24h or less, or 0s to wait as long as it "
+                                 "takes");
+      }
       auto conn = open(g, false);
       const int applied = baton::detail::migrate(*conn, g.schema, 0, wait);
       const int version = baton::detail::current_schema_version(*conn, g.schema);
