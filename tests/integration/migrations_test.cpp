@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
 #include <thread>
 
 #include "baton/detail/db.h"
@@ -14,6 +17,19 @@ namespace {
 
 using namespace baton::test;
 namespace detail = baton::detail;
+
+// Whether the session named `app` has waited on a lock of kind `event` (relation, advisory) for
+// longer than `past`.
+bool waiting_for(pqxx::connection& probe, const std::string& app, const std::string& event,
+                 std::chrono::seconds past) {
+  pqxx::nontransaction tx(probe);
+  return tx.exec_params(
+               "SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name = $1 "
+               "AND wait_event = $2 AND now() - query_start > $3::bigint * interval "
+               "'1 second'",
+               app, event, static_cast<std::int64_t>(past.count()))
+             .size() == 1;
+}
 
 TEST(Migrations, ManyProcessesStartingAtOnceMigrateExactlyOnce) {
   const std::string schema = unique_schema("migrate_once");
@@ -375,15 +391,8 @@ TEST(Migrations, AMigrationBehindAnOpenTransactionGivesUpAppliesNothingAndSaysWh
     second_done = true;
   });
   auto probe = connect(schema);
-  const bool queued = wait_for(
-      [&] {
-        return query_int(*probe,
-                         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE "
-                         "application_name = '" +
-                             app + "' AND wait_event = 'relation'") == 1 ||
-               second_done.load();
-      },
-      30s);
+  const bool queued =
+      wait_for([&] { return waiting_for(*probe, app, "relation", 0s) || second_done.load(); }, 30s);
   auto young = detail::connect({.url = database_url(),
                                 .schema = schema,
                                 .application_name = "young-reader",
@@ -434,16 +443,7 @@ TEST(Migrations, AProcessWaitingForAnothersMigrationWaitsPastTheLockWait) {
   });
   auto probe = connect(schema);
   const bool waited = wait_for(
-      [&] {
-        return applied.load() != -1 ||
-               query_int(*probe,
-                         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE "
-                         "application_name = '" +
-                             app +
-                             "' AND wait_event = 'advisory' AND now() - query_start > "
-                             "interval '1 second'") == 1;
-      },
-      30s);
+      [&] { return applied.load() != -1 || waiting_for(*probe, app, "advisory", 1s); }, 30s);
   const int before_release = applied.load();
   busy->commit();
   busy.reset();
@@ -476,16 +476,7 @@ TEST(Migrations, ALockWaitOfZeroWaitsUntilTheTransactionEnds) {
   auto probe = connect(schema);
   // Waiting on the table's lock for longer than any wait this test would otherwise allow.
   const bool waited = wait_for(
-      [&] {
-        return applied.load() != -1 ||
-               query_int(*probe,
-                         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE "
-                         "application_name = '" +
-                             app +
-                             "' AND wait_event = 'relation' AND now() - query_start > "
-                             "interval '1 second'") == 1;
-      },
-      30s);
+      [&] { return applied.load() != -1 || waiting_for(*probe, app, "relation", 1s); }, 30s);
   const int before_release = applied.load();
   hold->commit();
   migrating.join();
