@@ -29,22 +29,8 @@ int read_version(pqxx::transaction_base& tx, const std::string& schema) {
       .as<int>();
 }
 
-}  // namespace
-
-int latest_schema_version() {
-  const auto& all = embedded_migrations();
-  return all.empty() ? 0 : all.back().version;
-}
-
-int current_schema_version(pqxx::connection& conn, const std::string& schema) {
-  pqxx::read_transaction tx(conn);
-  return read_version(tx, schema);
-}
-
 // The migration that adds enqueue(text, text, text), which every role may execute.
 constexpr int kThreeArgumentEnqueue = 21;
-
-namespace {
 
 // The sessions that may hold what a migration waited for: those holding a lock on one of the
 // schema's relations in this database in a transaction older than the lock wait ($2, in ms),
@@ -108,6 +94,16 @@ std::string lock_wait_message(pqxx::connection& conn, const std::string& schema,
 }
 
 }  // namespace
+
+int latest_schema_version() {
+  const auto& all = embedded_migrations();
+  return all.empty() ? 0 : all.back().version;
+}
+
+int current_schema_version(pqxx::connection& conn, const std::string& schema) {
+  pqxx::read_transaction tx(conn);
+  return read_version(tx, schema);
+}
 
 int migrate(pqxx::connection& conn, const std::string& schema, int up_to,
             std::chrono::milliseconds lock_wait) {
