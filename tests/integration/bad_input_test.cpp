@@ -115,6 +115,7 @@ TEST_F(BadInput, NamesThatLookLikeSqlAreRefusedAndTheTablesStay) {
 
 TEST(BadInputSchema, AReservedWordSchemaWorksBecauseEveryIdentifierIsQuoted) {
   const std::string schema = "order";  // needs quoting everywhere it appears in SQL
+  track_schema(schema);
   {
     pqxx::connection conn(database_url());
     pqxx::nontransaction tx(conn);

@@ -1,8 +1,9 @@
 // The test programs' main: Google Test, and the temporary directories of the tests (node logs,
-// certificates, configuration files) removed when every test passed, or kept and named when one
-// failed.
+// certificates, configuration files) and their schemas and roles in the test database removed
+// when every test passed, or kept and named when one failed.
 #include <gtest/gtest.h>
 
+#include "support/support.h"
 #include "support/testkit.h"
 
 namespace {
@@ -14,6 +15,7 @@ class TempDirsAtTheEnd : public testing::EmptyTestEventListener {
     } else {
       baton::test::keep_temp_dirs();
     }
+    baton::test::end_tracked_schemas(unit.Passed());
   }
 };
 

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -32,11 +33,36 @@ std::string database_url() {
   if (url == nullptr || *url == '\0') {
     ADD_FAILURE() << "DATABASE_URL is not set: run the tests with scripts/test, which starts a "
                      "throwaway PostgreSQL, or start one with scripts/pg start DIR and point "
-                     "DATABASE_URL at it (the tests leave their schemas and roles behind)";
+                     "DATABASE_URL at it (the tests drop their schemas and roles when every test "
+                     "of a program passed)";
     return "postgresql://invalid-host-set-DATABASE_URL/";
   }
   return url;
 }
+
+namespace {
+
+struct TrackedSchemas {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, bool>> names;  // and whether its roles go with it
+};
+
+TrackedSchemas& tracked_schemas() {
+  static TrackedSchemas tracked;
+  return tracked;
+}
+
+// The number of characters of a schema's name that begin the names of its roles (role_name
+// keeps 50, the tests' own helpers 40).
+constexpr std::size_t kRolePrefix = 40;
+
+void track(const std::string& schema, bool with_roles) {
+  auto& tracked = tracked_schemas();
+  const std::lock_guard lock(tracked.mutex);
+  tracked.names.emplace_back(schema, with_roles);
+}
+
+}  // namespace
 
 std::string unique_schema(const std::string& what) {
   static std::atomic<int> counter{0};
@@ -47,8 +73,53 @@ std::string unique_schema(const std::string& what) {
   // The pid alone repeats over many runs against one server, where a failed run may have left
   // its schema behind: a random suffix keeps names apart.
   static const unsigned salt = std::random_device{}() % 1'000'000;
-  return "t_" + clean.substr(0, 30) + "_" + std::to_string(getpid()) + "_" + std::to_string(salt) +
-         "_" + std::to_string(counter.fetch_add(1));
+  auto name = "t_" + clean.substr(0, 30) + "_" + std::to_string(getpid()) + "_" +
+              std::to_string(salt) + "_" + std::to_string(counter.fetch_add(1));
+  track(name, true);
+  return name;
+}
+
+void track_schema(const std::string& schema) {
+  track(schema, false);
+}
+
+void end_tracked_schemas(bool drop) {
+  auto& tracked = tracked_schemas();
+  const std::lock_guard lock(tracked.mutex);
+  if (tracked.names.empty()) return;
+  const char* url = std::getenv("DATABASE_URL");
+  if (!drop || url == nullptr || *url == '\0') {
+    for (const auto& [name, roles] : tracked.names)
+      std::fprintf(stderr, "schema kept in the test database: %s\n", name.c_str());
+    tracked.names.clear();
+    return;
+  }
+  // Each drop on its own: one that fails (a role still connected, a server gone) is named and
+  // leaves the others to go.
+  try {
+    pqxx::connection conn(url);
+    pqxx::nontransaction tx(conn);
+    for (const auto& [name, with_roles] : tracked.names) {
+      try {
+        tx.exec("DROP SCHEMA IF EXISTS " + tx.quote_name(name) + " CASCADE");
+        if (!with_roles) continue;
+        const auto roles = tx.exec_params(
+            "SELECT rolname FROM pg_catalog.pg_roles WHERE starts_with(rolname, $1) ORDER BY 1",
+            name.substr(0, kRolePrefix));
+        for (const auto& row : roles) {
+          const auto role = tx.quote_name(row[0].c_str());
+          tx.exec("DROP OWNED BY " + role + " CASCADE");
+          tx.exec("DROP ROLE " + role);
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "could not drop test schema %s or its roles: %s\n", name.c_str(),
+                     e.what());
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "could not drop the test schemas: %s\n", e.what());
+  }
+  tracked.names.clear();
 }
 
 std::unique_ptr<pqxx::connection> connect(const std::string& schema, const std::string& url) {

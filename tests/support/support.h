@@ -22,8 +22,16 @@ using namespace std::chrono_literals;
 // DATABASE_URL of the PostgreSQL that scripts/test started. Fails the test when unset.
 std::string database_url();
 
-// A schema name no other test uses ("t_<what>_<pid>_<n>"); baton's tables go there.
+// A schema name no other test uses ("t_<what>_<pid>_<n>"); baton's tables go there. The
+// schema, and every role whose name starts with its first 40 characters (role_name and the
+// tests' own role names do), are dropped when the test program ends with every test passed,
+// and kept (and named) when one failed.
 std::string unique_schema(const std::string& what);
+// Marks a schema of a fixed name for the same end as unique_schema's, without its roles.
+void track_schema(const std::string& schema);
+// At the program's end (support/main.cpp): drops the tracked schemas and their roles from the
+// test database when `drop`, else names them on stderr.
+void end_tracked_schemas(bool drop);
 
 // A connection with search_path set to `schema`, to `url` (default: the test database).
 std::unique_ptr<pqxx::connection> connect(const std::string& schema, const std::string& url = "");
