@@ -99,6 +99,9 @@ void end_tracked_schemas(bool drop) {
   try {
     pqxx::connection conn(url);
     pqxx::nontransaction tx(conn);
+    // A killed node's server session may hold a lock a moment longer: wait for it, boundedly.
+    tx.exec("SET lock_timeout = '10s'");
+    tx.exec("SET client_min_messages = warning");  // no list of what each CASCADE dropped
     for (const auto& [name, with_roles] : tracked.names) {
       try {
         tx.exec("DROP SCHEMA IF EXISTS " + tx.quote_name(name) + " CASCADE");
