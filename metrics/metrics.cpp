@@ -148,8 +148,9 @@ Metrics::Metrics(const std::string& node_id, std::string deployment, int shards)
                               .Register(*registry_)),
       db_errors_(BuildCounter()
                      .Name("baton_database_errors_total")
-                     .Help("Database errors in this node's loops, by component (elector, "
-                           "poller, completer, rescuer, pruner, depth_sampler, executor).")
+                     .Help("Database errors in this node's loops, by component (connect, "
+                           "migrate, elector, poller, completer, rescuer, pruner, "
+                           "depth_sampler, executor).")
                      .Register(*registry_)),
       auth_failures_(BuildCounter()
                          .Name("baton_database_authentication_failures_total")

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -228,6 +229,25 @@ TEST(Batonctl, ANodeUpgradingBehindAnOpenTransactionGivesWayThenMigratesOnceItEn
       [&] { return cluster.logs().find("database ready: " + in_use.schema) != std::string::npos; },
       30s))
       << cluster.logs();
+  // The try that gave way is counted where operators alert on database errors.
+  std::string page;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        const auto addr = query_value(*in_use.conn, "SELECT metrics_addr FROM " + in_use.schema +
+                                                        ".nodes WHERE node_id = 'n1'");
+        page = addr.empty() ? "" : http_get(addr, "/metrics");
+        return !page.empty();
+      },
+      30s))
+      << cluster.logs();
+  double migrate_errors = 0;
+  std::istringstream lines(page);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("baton_database_errors_total{", 0) == 0 &&
+        line.find("component=\"migrate\"") != std::string::npos)
+      migrate_errors += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_GE(migrate_errors, 1) << page;
 }
 
 TEST(Batonctl, EverySubcommandRefusesBadInputWithWhatToDo) {
