@@ -22,10 +22,10 @@ using namespace std::chrono_literals;
 // DATABASE_URL of the PostgreSQL that scripts/test started. Fails the test when unset.
 std::string database_url();
 
-// A schema name no other test uses ("t_<what>_<pid>_<n>"); baton's tables go there. The
-// schema, and every role whose name starts with its first 40 characters (role_name and the
-// tests' own role names do), are dropped when the test program ends with every test passed,
-// and kept (and named) when one failed.
+// A schema name no other test uses ("t_<what>_<pid>_<salt>_<n>", `what` cut to 19 characters
+// so that the whole name fits in 40); baton's tables go there. The schema, and every role named
+// "<schema>_..." (role_name and the tests' own role names are), are dropped when the test program
+// ends with every test passed, and kept (and named) when one failed.
 std::string unique_schema(const std::string& what);
 // Marks a schema of a fixed name for the same end as unique_schema's, without its roles.
 void track_schema(const std::string& schema);
