@@ -4,7 +4,6 @@
 #include <csignal>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -235,19 +234,12 @@ TEST(Batonctl, ANodeUpgradingBehindAnOpenTransactionGivesWayThenMigratesOnceItEn
       [&] {
         const auto addr = query_value(*in_use.conn, "SELECT metrics_addr FROM " + in_use.schema +
                                                         ".nodes WHERE node_id = 'n1'");
-        page = addr.empty() ? "" : http_get(addr, "/metrics");
+        page = addr.empty() ? "" : scrape(addr);
         return !page.empty();
       },
       30s))
       << cluster.logs();
-  double migrate_errors = 0;
-  std::istringstream lines(page);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("baton_database_errors_total{", 0) == 0 &&
-        line.find("component=\"migrate\"") != std::string::npos)
-      migrate_errors += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  EXPECT_GE(migrate_errors, 1) << page;
+  EXPECT_GE(metric_sum(page, "baton_database_errors_total{component=\"migrate\"}"), 1) << page;
 }
 
 TEST(Batonctl, EverySubcommandRefusesBadInputWithWhatToDo) {
