@@ -29,7 +29,8 @@ done
 # An unknown option after a valid one is refused too (scripts/setup once read only its first
 # argument, and 'scripts/setup --package --bogus' installed packages).
 valid_first=("scripts/demo --short" "scripts/fuzz 5" "scripts/package --install-check"
-  "scripts/setup --package" "scripts/test --asan" "bench/run --quick" "bench/peers/run --rounds 1"
+  "scripts/setup --package" "scripts/test --asan" "bench/run --quick" "bench/run --peers"
+  "bench/peers/run --rounds 1"
   "bench/latency_path --samples 4000" "bench/cpu_split --jobs 1000" "bench/enqueue_cost --parse"
   "bench/producer_overload --rounds 1" "bench/producers_split --rounds 1"
   "bench/claim_gather --gathers 0,2" "bench/build_ab --rounds 1" "bench/history_index --rounds 1"
