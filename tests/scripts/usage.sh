@@ -45,5 +45,12 @@ for entry in "${valid_first[@]}"; do
     *) fail "$s" "$first_arg --no-such-option: the option was not named: $out" ;;
   esac
 done
+# bench/run --peers hands every flag to bench/peers/run: its --help is that script's usage (a
+# bench/run that kept the flags itself would refuse '--peers --help' or print its own).
+peers_first=$(sed -n '2s/^# \{0,1\}//p' "$root/bench/peers/run")
+out=$("$root/bench/run" --peers --help 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] && [ "$(printf '%s\n' "$out" | head -n 1)" = "$peers_first" ] ||
+  fail "bench/run" "--peers --help exited $rc and did not print bench/peers/run's usage: $out"
 [ "$failed" -eq 0 ] && echo "every script answers --help and refuses an unknown option"
 exit "$failed"
